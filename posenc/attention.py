@@ -1,0 +1,70 @@
+"""Multi-head self-attention with one hook for each place position can enter.
+
+    a_ij = scale * <q_i, k_j> + b_ij + e_ij,   o_i = sum_j softmax_j(a_ij) v_j + u_i
+
+with (q_i, k_j) possibly rotated by `Scheme.transform_qk`, b the layer-shared
+`Scheme.logit_bias` merged with the causal mask (`PositionContext.attn_mask`), e the
+per-layer `Scheme.extra_logits` and u the per-layer `Scheme.extra_values`.
+When u is absent the whole computation is PyTorch's fused
+`scaled_dot_product_attention`; only schemes that add to the values, or a caller
+asking for the attention weights, take the explicit softmax path.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .scheme import PositionContext, Scheme
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, layer: int, dropout: float = 0.0):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.n_heads, self.layer, self.dropout = n_heads, layer, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: Tensor, scheme: Scheme, ctx: PositionContext, need_weights: bool = False):
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
+        q, k = scheme.transform_qk(q, k, ctx)                      # hook 2: rotate q, k
+        mask = ctx.attn_mask                                       # hook 3: (H|1, T, T) bias + causal mask, or None
+        extra = scheme.extra_logits(q, k, ctx, self.layer)         # hook 4: (B, H, T, T) or None
+        if extra is not None:
+            mask = extra if mask is None else mask + extra
+        scale, p = scheme.logit_scale(), self.dropout if self.training else 0.0
+        causal_only = mask is None and ctx.causal
+        if need_weights or scheme.uses_extra_values:
+            y, probs = explicit_attention(q, k, v, mask, scale, causal_only, p)
+            u = scheme.extra_values(probs, ctx, self.layer)        # hook 4: (B, H, T, Dh) or None
+            y = y if u is None else y + u
+        else:
+            y, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=_cast(mask, q), dropout_p=p,
+                                                      is_causal=causal_only, scale=scale), None
+        y = y.transpose(1, 2).reshape(B, T, D)                     # (B, T, D)
+        return self.out(y), probs
+
+
+def explicit_attention(q, k, v, mask, scale, is_causal=False, dropout_p=0.0):
+    """softmax(q k^T * scale + mask) v with the weights returned; same contract as SDPA."""
+    scores = (q @ k.transpose(-2, -1)) * scale                    # (B, H, Tq, Tk)
+    if is_causal:
+        scores = scores + causal_mask(q.shape[-2], k.shape[-2], q.device)
+    if mask is not None:
+        scores = scores + mask
+    probs = scores.float().softmax(-1).to(q.dtype)
+    return F.dropout(probs, dropout_p) @ v, probs
+
+
+def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:
+    """Float mask (q_len, k_len): 0 where key j <= query i (right-aligned), -inf after."""
+    i = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
+    j = torch.arange(k_len, device=device)[None, :]
+    return torch.zeros(q_len, k_len, device=device).masked_fill(j > i, float("-inf"))
+
+
+def _cast(mask: Tensor | None, like: Tensor) -> Tensor | None:
+    return None if mask is None else mask.to(like.dtype)

@@ -1,0 +1,135 @@
+"""A small pre-LN Transformer that any `Scheme` plugs into.
+
+    h_0 = scheme.embed(E[tokens])
+    h_l = h_{l-1} + Attn_l(LN(h_{l-1}));  h_l = h_l + MLP_l(LN(h_l))
+    logits = LN(h_L) W_out^T            (W_out = E when the head is tied)
+
+The model never looks at positions itself: it builds one `PositionContext` per
+forward (positions, causal flag, the scheme's tables and the merged bias/causal
+mask) and hands it to every layer.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import Attention, causal_mask
+from .scheme import PositionContext, Scheme
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, layer: int, dropout: float):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attn = Attention(d_model, n_heads, layer, dropout)
+        self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout))
+
+    def forward(self, x, scheme, ctx, need_weights=False):
+        a, probs = self.attn(self.ln1(x), scheme, ctx, need_weights)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), probs
+
+
+class Transformer(nn.Module):
+    """Token embedding, `n_layers` pre-LN blocks sharing one scheme, and a LM head.
+
+    Args:
+        scheme: the positional scheme (shared by all layers).
+        vocab_size: number of token ids.
+        causal: mask future keys (decoder) or not (encoder).
+        cls_token: prepend a learned [CLS] vector; it takes the first position and
+            the tokens the next ones (default positions: CLS 0, tokens 1..n, as in BERT).
+        tie_weights: output head shares the token embedding matrix.
+        num_classes: add a sequence classifier read from [CLS] (or the mean state).
+    """
+
+    def __init__(self, scheme: Scheme, vocab_size: int, *, d_model: int, n_heads: int, n_layers: int,
+                 causal: bool, d_ff: int | None = None, dropout: float = 0.0, cls_token: bool = False,
+                 tie_weights: bool = True, num_classes: int | None = None):
+        super().__init__()
+        self.scheme, self.vocab_size, self.causal = scheme, vocab_size, causal
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if cls_token else None
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff or 4 * d_model, i, dropout) for i in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.classifier = nn.Linear(d_model, num_classes) if num_classes else None
+        self.apply(_init_weights)
+        if tie_weights:
+            self.head.weight = self.tok.weight
+
+    # -- public API --------------------------------------------------------------
+    def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
+        """tokens [batch, seq] long -> logits [batch, seq, vocab] (no [CLS] row)."""
+        h, _ = self.hidden_states(tokens, positions)
+        return self.head(h[:, 1:] if self.cls is not None else h)
+
+    def classify(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Sequence logits [batch, num_classes] from [CLS] (or the mean state without one)."""
+        if self.classifier is None:
+            raise ValueError("classify() needs a model built with num_classes=...")
+        h, _ = self.hidden_states(tokens, positions)
+        return self.classifier(h[:, 0] if self.cls is not None else h.mean(1))
+
+    @torch.no_grad()
+    def attention_maps(self, tokens: Tensor, positions: Tensor | None = None) -> list[Tensor]:
+        """Attention weights of every layer, each [batch, heads, seq, seq] ([CLS] included)."""
+        return self.hidden_states(tokens, positions, need_weights=True)[1]
+
+    def hidden_states(self, tokens: Tensor, positions: Tensor | None = None, need_weights: bool = False):
+        """Final normed states [batch, seq (+1 for CLS), d_model] and the attention maps."""
+        self._check_tokens(tokens)
+        x = self.tok(tokens)                                         # (B, T, D)
+        if self.cls is not None:
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+        ctx = self.context(tokens.shape[1], positions, tokens.device)
+        x = self.drop(self.scheme.embed(x, ctx))                     # hook 1
+        maps = []
+        for block in self.blocks:
+            x, probs = block(x, self.scheme, ctx, need_weights)
+            maps.append(probs)
+        return self.ln_f(x), maps
+
+    def context(self, seq_len: int, positions: Tensor | None, device) -> PositionContext:
+        """Positions, the scheme's shared tables and the merged bias + causal mask."""
+        positions = self._check_positions(seq_len, positions, device)
+        if self.cls is not None:  # [CLS] takes the first position, tokens move up by one
+            positions = torch.cat([positions[:1], positions + 1])
+        ctx = PositionContext(positions, self.causal, has_cls=self.cls is not None)
+        ctx.tables = self.scheme.prepare(ctx)
+        bias = self.scheme.logit_bias(ctx)                           # hook 3, once for all layers
+        if self.causal and (bias is not None or self.scheme.custom_attention):
+            mask = causal_mask(ctx.seq_len, ctx.seq_len, device)     # extra logits need it explicitly
+            bias = mask if bias is None else bias + mask
+        ctx.attn_mask = bias                                         # None: plain (causal) SDPA
+        return ctx
+
+    # -- validation --------------------------------------------------------------
+    def _check_tokens(self, tokens: Tensor) -> None:
+        if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
+            got = f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
+            raise TypeError(f"tokens must be a long tensor [batch, seq]; got {got}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(f"tokens must lie in [0, vocab_size={self.vocab_size}); "
+                             f"got values in [{int(tokens.min())}, {int(tokens.max())}]")
+
+    @staticmethod
+    def _check_positions(seq_len: int, positions: Tensor | None, device) -> Tensor:
+        if positions is None:
+            return torch.arange(seq_len, device=device)
+        if not isinstance(positions, Tensor) or positions.dim() != 1 or positions.shape[0] != seq_len:
+            shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+            raise ValueError(f"positions must be a 1-D tensor [seq={seq_len}]; got {shape}")
+        if positions.dtype == torch.bool or positions.is_complex():
+            raise TypeError(f"positions must be long or float; got {positions.dtype}")
+        return positions.to(device)
+
+
+def _init_weights(module: nn.Module) -> None:
+    """GPT-2's initialisation: N(0, 0.02) weights, zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)

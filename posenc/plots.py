@@ -1,0 +1,75 @@
+"""Plot helpers shared by every chapter: labelled axes, units, one style."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from .table import Table
+
+
+def _axes(ax, figsize=(6, 3.5)):
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def training_curves(histories: dict, *, metric: str = "loss", ylabel: str = "training loss (nats/token)",
+                    ax=None, logy: bool = False):
+    """One line per run: {label: history list of {"step", metric}}."""
+    ax = _axes(ax)
+    for label, history in histories.items():
+        ax.plot([h["step"] for h in history], [h[metric] for h in history], label=label)
+    ax.set(xlabel="training step", ylabel=ylabel)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_train", ax=None,
+                     ylabel: str | None = None, xlabel: str = "evaluation length / training length",
+                     train_mark: float | None = 1.0, logy: bool = False):
+    """Mean of `y` against `x` per `hue` group, with min-max bands over seeds."""
+    ax = _axes(ax)
+    for group in dict.fromkeys(table.column(hue)):
+        rows = table.where(**{hue: group})
+        xs = sorted(set(rows.column(x)))
+        vals = [np.array(rows.where(**{x: v}).column(y), dtype=float) for v in xs]
+        mean = [v.mean() for v in vals]
+        line, = ax.plot(xs, mean, marker="o", label=str(group))
+        if any(len(v) > 1 for v in vals):
+            ax.fill_between(xs, [v.min() for v in vals], [v.max() for v in vals], alpha=0.2, color=line.get_color())
+    if train_mark is not None:
+        ax.axvline(train_mark, color="grey", ls=":", lw=1, label="training length")
+    ax.set(xlabel=xlabel, ylabel=ylabel or y)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_labels=None):
+    """Heatmap of one head's attention weights [query, key]."""
+    ax = _axes(ax, figsize=(4, 4))
+    im = ax.imshow(weights.detach().float().cpu().numpy(), cmap="viridis", vmin=0)
+    ax.set(xlabel="key position j", ylabel="query position i", title=title)
+    if tick_labels is not None:
+        ax.set_xticks(range(len(tick_labels)), tick_labels, fontsize=6, rotation=90)
+        ax.set_yticks(range(len(tick_labels)), tick_labels, fontsize=6)
+    plt.colorbar(im, ax=ax, fraction=0.046, label="attention weight")
+    return ax
+
+
+def position_similarity(table: torch.Tensor, *, ax=None, title: str = "", cosine: bool = True):
+    """Heatmap of <p_i, p_j> (cosine by default) for a [positions, dim] table."""
+    ax = _axes(ax, figsize=(4, 4))
+    p = table.detach().float().cpu()
+    if cosine:
+        p = torch.nn.functional.normalize(p, dim=-1)
+    im = ax.imshow((p @ p.T).numpy(), cmap="RdBu_r", vmin=-1 if cosine else None, vmax=1 if cosine else None)
+    ax.set(xlabel="position j", ylabel="position i", title=title)
+    plt.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity" if cosine else "dot product")
+    return ax

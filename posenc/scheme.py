@@ -1,0 +1,112 @@
+"""The `Scheme` interface: every place where position can enter attention.
+
+For attention logits (row vectors, one head)
+
+    a_ij = (x_i + p_i) W_q W_k^T (x_j + p_j)^T / sqrt(d_h),
+
+a positional scheme changes one or more of four places, and a `Scheme` overrides
+the matching hook. Every default does nothing, so `Scheme` itself is NoPE.
+
+| hook             | changes                                   | e.g.                     |
+| ---------------- | ----------------------------------------- | ------------------------ |
+| `embed`          | x_i -> x_i + p_i (or x_i * p_i)           | learned, sinusoidal      |
+| `transform_qk`   | q_i -> R_i q_i, k_j -> R_j k_j            | RoPE                     |
+| `logit_bias`     | a_ij += b_ij, shared by heads' layers     | T5, ALiBi                |
+| `extra_logits`,  | per-layer terms from q, k and positions   | Shaw, Transformer-XL,    |
+| `extra_values`   | in the logits (and in the values)         | TUPE, DeBERTa            |
+
+`prepare` runs once per forward pass, before the first layer; whatever it returns
+(cos/sin tables, bias matrices, relative-position ids) is stored in the
+`PositionContext` that every layer receives, so tables are computed once and shared
+by all layers.
+
+Conventions, fixed for the whole package:
+    * positions are a 1-D tensor `[seq]` (long or float), one per token the layers
+      see (a [CLS] token included);
+    * relative position is `key_pos - query_pos` (j - i), as in T5;
+    * `logit_bias` and `extra_logits` are added *after* the 1/sqrt(d_h) scaling,
+      i.e. to `q k^T * scale`, which is what `scaled_dot_product_attention` does with
+      a float `attn_mask`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class PositionContext:
+    """What every layer knows about positions in one forward pass."""
+
+    positions: Tensor  # [seq] long or float
+    causal: bool
+    has_cls: bool = False  # positions[0] belongs to a [CLS] token
+    tables: dict = field(default_factory=dict)  # filled once by Scheme.prepare
+    attn_mask: Tensor | None = None  # [h or 1, seq, seq] float: bias + causal mask
+
+    @property
+    def seq_len(self) -> int:
+        return self.positions.shape[0]
+
+
+class Scheme(nn.Module):
+    """Base positional scheme; each hook's default leaves attention position-free.
+
+    Args:
+        d_model: width of the residual stream.
+        n_heads: attention heads per layer.
+        n_layers: Transformer blocks (for schemes with per-layer parameters).
+        max_len: the longest sequence a table-based scheme must serve.
+        causal: whether the model masks future keys.
+    """
+
+    #: True when `extra_values` adds to the attention output (needs explicit softmax).
+    uses_extra_values = False
+
+    def __init__(self, *, d_model: int, n_heads: int, n_layers: int, max_len: int, causal: bool):
+        super().__init__()
+        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
+        self.max_len, self.causal = max_len, causal
+        self.head_dim = d_model // n_heads
+
+    # -- once per forward ------------------------------------------------------
+    def prepare(self, ctx: PositionContext) -> dict:
+        """Tables shared by all layers of this forward pass."""
+        return {}
+
+    # -- hook 1: input ---------------------------------------------------------
+    def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
+        """x: [batch, seq, d_model] -> same; absolute schemes add or multiply p_i."""
+        return x
+
+    # -- hook 2: q/k transform -------------------------------------------------
+    def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:
+        """q, k: [batch, heads, seq, head_dim] -> same; rotary schemes rotate them."""
+        return q, k
+
+    # -- hook 3: logit bias ----------------------------------------------------
+    def logit_bias(self, ctx: PositionContext) -> Tensor | None:
+        """b_ij added to every layer's scaled logits: [heads or 1, seq, seq] or None."""
+        return None
+
+    # -- hook 4: custom logits / values ---------------------------------------
+    def extra_logits(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> Tensor | None:
+        """Per-layer terms added to the scaled logits: [batch, heads, seq, seq] or None."""
+        return None
+
+    def extra_values(self, probs: Tensor, ctx: PositionContext, layer: int) -> Tensor | None:
+        """Per-layer term added to the output `probs @ v`: [batch, heads, seq, head_dim]."""
+        return None
+
+    def logit_scale(self) -> float:
+        """The factor on q k^T; 1/sqrt(d_h) unless the scheme changes it (TUPE, DeBERTa)."""
+        return 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def custom_attention(self) -> bool:
+        """Whether this scheme overrides hook 4 (then attention is not fully fused)."""
+        cls = type(self)
+        return cls.extra_logits is not Scheme.extra_logits or cls.extra_values is not Scheme.extra_values

@@ -1,0 +1,56 @@
+"""`Table`: a list of flat dict rows that prints cleanly (no pandas dependency)."""
+from __future__ import annotations
+
+import json
+
+
+class Table(list):
+    """Rows of {column: value}; `print(t)` aligns columns, `t.round(3)` rounds floats."""
+
+    @property
+    def columns(self) -> list[str]:
+        cols: dict[str, None] = {}
+        for row in self:
+            cols.update(dict.fromkeys(row))
+        return list(cols)
+
+    def column(self, name: str) -> list:
+        return [row.get(name) for row in self]
+
+    def where(self, **equal) -> "Table":
+        return Table(r for r in self if all(r.get(k) == v for k, v in equal.items()))
+
+    def round(self, digits: int) -> "Table":
+        return Table({k: round(v, digits) if isinstance(v, float) else v for k, v in r.items()} for r in self)
+
+    def to_json(self, path=None) -> str:
+        text = json.dumps(list(self), indent=1)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text + "\n")
+        return text
+
+    def __str__(self) -> str:
+        cols = self.columns
+        cells = [cols] + [[_fmt(r.get(c)) for c in cols] for r in self]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+        lines = ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        cols = self.columns
+        head = "".join(f"<th>{c}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>" for r in self)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+

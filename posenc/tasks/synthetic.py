@@ -1,0 +1,174 @@
+"""Synthetic length-generalisation tasks (after Kazemnejad et al. 2023; Ruoss et al. 2023).
+
+Every task draws a source of `n` items ("length n"). Models train on n <= L and are
+tested up to 4L. Two families:
+
+* sequence-to-sequence (`copy`, `reverse`, `recall`): the sequence
+  `[BOS] x_1..x_n [SEP] y_1..y_m`. A causal model reads it shifted by one and predicts
+  each y_t from everything before it (teacher forcing: if every y_t is right, greedy
+  decoding reproduces the whole answer, so sequence accuracy = exact match). A
+  bidirectional model sees `[MASK]` in place of every y_t and predicts all at once.
+* labelling (`kback`, `index`, `position`): `[BOS] x_1..x_n`, one label per item that
+  depends only on items at or before it, so the same inputs serve both kinds of model.
+
+| task       | answer                           | needs                        |
+| ---------- | -------------------------------- | ---------------------------- |
+| `copy`     | y = x                            | aligning j with n+1+j        |
+| `reverse`  | y_t = x_{n+1-t}                  | absolute/relative alignment  |
+| `recall`   | the value stored with a key      | content lookup (+ adjacency) |
+| `kback`    | label_i = x_{i-k}                | relative position            |
+| `index`    | label_i = x_c for i >= c         | absolute position            |
+| `position` | label_i = i                      | absolute position (a probe)  |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+PAD, BOS, SEP, MASK = 0, 1, 2, 3
+N_SPECIAL = 4
+IGNORE = -100  # target id that the loss and the metrics skip
+
+
+@dataclass
+class SyntheticTask:
+    """A generated task; `batch` makes inputs and targets for one length.
+
+    Args:
+        name: one of `TASKS`.
+        train_length: L, the longest source seen in training (lengths 1..L are drawn).
+        n_symbols: alphabet size of the items.
+        k: offset for `kback`, index for `index`.
+        max_eval_factor: longest test length as a multiple of L (sizes the vocabulary
+            of `recall` keys and `position` labels).
+    """
+
+    name: str
+    train_length: int = 16
+    n_symbols: int = 16
+    k: int = 2
+    max_eval_factor: int = 4
+    min_train_length: int = 1
+
+    def __post_init__(self):
+        if self.name not in TASKS:
+            raise ValueError(f"unknown task {self.name!r}; known tasks: {', '.join(TASKS)}")
+        for arg in ("train_length", "n_symbols", "max_eval_factor", "min_train_length"):
+            if getattr(self, arg) < 1:
+                raise ValueError(f"{arg} must be >= 1; got {getattr(self, arg)}")
+        if self.name in ("kback", "index") and not 0 <= self.k < self.train_length:
+            raise ValueError(f"k must be in [0, train_length) for {self.name!r}; got {self.k}")
+
+    @property
+    def min_length(self) -> int:
+        """Shortest source with something to predict (`kback`/`index` need more than k items)."""
+        return max(self.min_train_length, self.k + 1 if self.name in ("kback", "index") else 1)
+
+    @property
+    def max_length(self) -> int:
+        return self.train_length * self.max_eval_factor
+
+    @property
+    def vocab_size(self) -> int:
+        outputs = {"recall": 2 * self.max_length, "position": self.max_length + 1}.get(self.name, 0)
+        return N_SPECIAL + max(self.n_symbols, outputs)
+
+    def seq_len(self, length: int, causal: bool) -> int:
+        """Tokens the model sees for a source of `length` items."""
+        if self.name in LABELLING:
+            return length + 1                                   # [BOS] x
+        src, ans = (2 * length + 1, 1) if self.name == "recall" else (length, length)
+        return src + ans + 2 - int(causal)                      # [BOS] src [SEP] ans, shifted if causal
+
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple[Tensor, Tensor]:
+        """A batch at a length drawn uniformly from [min_train_length, L]."""
+        n = int(torch.randint(self.min_length, self.train_length + 1, (1,), generator=generator))
+        return self.batch(batch_size, n, generator, causal)
+
+    def batch(self, batch_size: int, length: int, generator: torch.Generator, causal: bool) -> tuple[Tensor, Tensor]:
+        """inputs [B, T] long and targets [B, T] long (IGNORE where nothing is asked)."""
+        lo = self.k + 1 if self.name in ("kback", "index") else 1
+        if not lo <= length <= self.max_length:
+            raise ValueError(f"length must be in [{lo}, {self.max_length}] for {self.name!r}; got {length}")
+        src, out = GENERATORS[self.name](self, batch_size, length, generator)
+        if self.name in LABELLING:
+            bos = torch.full((batch_size, 1), BOS)
+            return torch.cat([bos, src], 1), torch.cat([torch.full_like(bos, IGNORE), out], 1)
+        return seq2seq(src, out, causal)
+
+    @torch.no_grad()
+    def evaluate(self, model, length: int, *, n_samples: int = 256, batch_size: int = 128,
+                 seed: int = 0, device=None) -> dict:
+        """Token accuracy and sequence accuracy (every target of a sample right) at one length."""
+        g = torch.Generator().manual_seed(seed * 100003 + length)
+        right = total = seq_right = 0
+        for start in range(0, n_samples, batch_size):
+            x, y = self.batch(min(batch_size, n_samples - start), length, g, model.causal)
+            y = y.to(device)
+            asked = y != IGNORE
+            hit = (model(x.to(device)).argmax(-1) == y) & asked
+            right, total = right + int(hit.sum()), total + int(asked.sum())
+            seq_right += int((hit == asked).all(1).sum())
+        return {"accuracy": right / total, "seq_accuracy": seq_right / n_samples}
+
+
+def seq2seq(src: Tensor, ans: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
+    """[BOS] src [SEP] ans, shifted for a causal model or with masked answers otherwise."""
+    B, n, m = src.shape[0], src.shape[1], ans.shape[1]
+    seq = torch.cat([torch.full((B, 1), BOS), src, torch.full((B, 1), SEP), ans], 1)  # (B, n+m+2)
+    tgt = torch.full_like(seq, IGNORE)
+    tgt[:, n + 2:] = ans
+    if causal:
+        return seq[:, :-1], tgt[:, 1:]
+    seq[:, n + 2:] = MASK
+    return seq, tgt
+
+
+def _items(task, B, n, g):
+    return torch.randint(N_SPECIAL, N_SPECIAL + task.n_symbols, (B, n), generator=g)
+
+
+def _copy(task, B, n, g):
+    x = _items(task, B, n, g)
+    return x, x.clone()
+
+
+def _reverse(task, B, n, g):
+    x = _items(task, B, n, g)
+    return x, x.flip(1)
+
+
+def _recall(task, B, n, g):
+    """n distinct keys, each followed by its value, then one queried key."""
+    keys = torch.rand(B, task.max_length, generator=g).argsort(1)[:, :n] + N_SPECIAL          # (B, n) distinct
+    values = torch.randint(0, task.max_length, (B, n), generator=g) + N_SPECIAL + task.max_length
+    pick = torch.randint(0, n, (B, 1), generator=g)
+    src = torch.cat([torch.stack([keys, values], 2).flatten(1), keys.gather(1, pick)], 1)  # (B, 2n+1)
+    return src, values.gather(1, pick)
+
+
+def _kback(task, B, n, g):
+    x = _items(task, B, n, g)
+    y = torch.full_like(x, IGNORE)
+    y[:, task.k:] = x[:, : n - task.k]
+    return x, y
+
+
+def _index(task, B, n, g):
+    x = _items(task, B, n, g)
+    y = torch.full_like(x, IGNORE)
+    y[:, task.k:] = x[:, task.k: task.k + 1]
+    return x, y
+
+
+def _position(task, B, n, g):
+    x = _items(task, B, n, g)
+    return x, (torch.arange(n) + N_SPECIAL).expand(B, n).clone()
+
+
+GENERATORS = {"copy": _copy, "reverse": _reverse, "recall": _recall,
+              "kback": _kback, "index": _index, "position": _position}
+TASKS = tuple(GENERATORS)
+LABELLING = ("kback", "index", "position")

@@ -1,0 +1,218 @@
+"""The shared Transformer, the Scheme hooks and build_model's contract."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import posenc
+from posenc.attention import causal_mask, explicit_attention
+from posenc.scheme import Scheme
+from conftest import small_model
+
+ALL = sorted(posenc.SCHEMES)
+
+
+@pytest.mark.parametrize("scheme", ALL)
+@pytest.mark.parametrize("causal", [True, False])
+def test_every_scheme_runs_forward_and_backward(scheme, causal):
+    model = small_model(scheme, causal).train()
+    tokens = torch.randint(0, 23, (3, 17))
+    logits = model(tokens)
+    assert logits.shape == (3, 17, 23)
+    logits.logsumexp(-1).mean().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("scheme", ALL)
+def test_causal_models_never_look_ahead(scheme):
+    model = small_model(scheme, causal=True)
+    tokens = torch.randint(0, 23, (2, 20))
+    changed = tokens.clone()
+    changed[:, 12:] = torch.randint(0, 23, (2, 8))
+    a, b = model(tokens), model(changed)
+    torch.testing.assert_close(a[:, :12], b[:, :12])
+    assert not torch.allclose(a[:, 12:], b[:, 12:])
+
+
+def test_bidirectional_nope_is_permutation_equivariant():
+    """f(P X) = P f(X): without positions, attention only sees a set."""
+    model = small_model("nope", causal=False)
+    tokens = torch.randint(0, 23, (4, 15))
+    perm = torch.randperm(15)
+    torch.testing.assert_close(model(tokens[:, perm]), model(tokens)[:, perm], rtol=1e-5, atol=1e-5)
+
+
+def test_causal_nope_is_not_permutation_equivariant():
+    model = small_model("nope", causal=True)
+    tokens = torch.randint(0, 23, (4, 15))
+    perm = torch.randperm(15)
+    assert not torch.allclose(model(tokens[:, perm]), model(tokens)[:, perm], atol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_nope_ignores_a_shift_of_positions(causal):
+    model = small_model("nope", causal)
+    tokens = torch.randint(0, 23, (2, 9))
+    torch.testing.assert_close(model(tokens, torch.arange(9) + 1000), model(tokens))
+    torch.testing.assert_close(model(tokens, torch.arange(9.0) * 0.5), model(tokens))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("mask", [False, True])
+def test_explicit_attention_equals_fused_sdpa(causal, mask):
+    q, k, v = torch.randn(3, 2, 4, 11, 8).unbind(0)
+    bias = torch.randn(4, 11, 11) if mask else None
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal and not mask, scale=0.3)
+    if causal and mask:
+        bias = bias + causal_mask(11, 11)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
+    out, probs = explicit_attention(q, k, v, bias, 0.3, is_causal=causal and not mask)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 11))
+
+
+def test_causal_mask_is_right_aligned_for_unequal_lengths():
+    m = causal_mask(2, 5)
+    assert torch.isinf(m).tolist() == [[False] * 4 + [True], [False] * 5]
+
+
+class _Bias(Scheme):
+    """A fixed random bias through hook 3 (logit_bias)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.table = torch.nn.Parameter(torch.randn(self.n_heads, 64, 64))
+
+    def logit_bias(self, ctx):
+        T = ctx.seq_len
+        return self.table[:, :T, :T]
+
+
+class _BiasAsExtraLogits(_Bias):
+    """The same bias through hook 4 (extra_logits), per layer."""
+
+    def logit_bias(self, ctx):
+        return None
+
+    def extra_logits(self, q, k, ctx, layer):
+        return _Bias.logit_bias(self, ctx).expand(q.shape[0], -1, -1, -1)
+
+
+class _ZeroValues(_Bias):
+    """Hook 4 through extra_values (adds zero): forces the explicit softmax path."""
+    uses_extra_values = True
+
+    def extra_values(self, probs, ctx, layer):
+        return torch.zeros(*probs.shape[:-1], self.head_dim)
+
+
+class _Counting(Scheme):
+    calls = 0
+
+    def prepare(self, ctx):
+        type(self).calls += 1
+        return {}
+
+
+@pytest.fixture
+def test_schemes(monkeypatch):
+    for name, cls in {"_bias": _Bias, "_extra": _BiasAsExtraLogits, "_values": _ZeroValues,
+                      "_count": _Counting}.items():
+        monkeypatch.setitem(posenc.SCHEMES, name, cls)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_all_attention_paths_agree(test_schemes, causal):
+    """Fused SDPA with a bias mask == per-layer extra logits == explicit softmax path."""
+    models = [small_model(name, causal) for name in ("_bias", "_extra", "_values")]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    tokens = torch.randint(0, 23, (2, 13))
+    outs = [m(tokens) for m in models]
+    assert models[0].scheme.custom_attention is False and models[1].scheme.custom_attention is True
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(outs[2], outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_tables_are_prepared_once_per_forward(test_schemes):
+    model = small_model("_count", n_layers=3)
+    _Counting.calls = 0
+    model(torch.randint(0, 23, (2, 5)))
+    assert _Counting.calls == 1
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_maps_are_distributions(causal):
+    model = small_model("nope", causal)
+    maps = model.attention_maps(torch.randint(0, 23, (2, 9)))
+    assert len(maps) == 2 and maps[0].shape == (2, 4, 9, 9)
+    torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 4, 9))
+    if causal:
+        assert (maps[1].triu(1) == 0).all()
+
+
+def test_cls_token_takes_first_position_and_classifies():
+    model = small_model("nope", causal=False, cls_token=True, num_classes=3)
+    tokens = torch.randint(0, 23, (2, 6))
+    assert model(tokens).shape == (2, 6, 23)
+    assert model.classify(tokens).shape == (2, 3)
+    ctx = model.context(6, None, "cpu")
+    assert ctx.has_cls and ctx.positions.tolist() == [0, 1, 2, 3, 4, 5, 6]
+    with pytest.raises(ValueError, match="num_classes"):
+        small_model("nope", causal=False).classify(tokens)
+
+
+def test_head_is_tied_unless_asked_otherwise():
+    tied, untied = small_model(), small_model(tie_weights=False)
+    assert tied.head.weight.data_ptr() == tied.tok.weight.data_ptr()
+    assert untied.head.weight.data_ptr() != untied.tok.weight.data_ptr()
+
+
+def test_unknown_scheme_lists_the_known_names():
+    with pytest.raises(ValueError, match="unknown scheme 'nothing'.*nope"):
+        posenc.build_model("nothing", 10, causal=True)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (torch.zeros(2, 5), TypeError, "tokens must be a long tensor"),
+    (torch.zeros(5, dtype=torch.long), TypeError, "tokens must be a long tensor"),
+    (torch.full((2, 5), 23), ValueError, "vocab_size=23"),
+    (torch.full((2, 5), -1), ValueError, "vocab_size=23"),
+])
+def test_bad_tokens_raise_clear_errors(bad, error, match):
+    with pytest.raises(error, match=match):
+        small_model()(bad)
+
+
+def test_bad_positions_raise_clear_errors():
+    model, tokens = small_model(), torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"positions must be a 1-D tensor \[seq=5\]"):
+        model(tokens, torch.arange(4))
+    with pytest.raises(ValueError, match="positions must be a 1-D"):
+        model(tokens, torch.arange(10).view(2, 5))
+    with pytest.raises(TypeError, match="positions must be long or float"):
+        model(tokens, torch.ones(5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"d_model": 30, "n_heads": 4}, "divisible by n_heads"),
+    ({"n_layers": 0}, "n_layers must be a positive int"),
+    ({"max_len": -3}, "max_len must be a positive int"),
+])
+def test_bad_sizes_raise_clear_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        posenc.build_model("nope", 10, causal=True, **kwargs)
+
+
+def test_causal_is_required_and_boolean():
+    with pytest.raises(TypeError):
+        posenc.build_model("nope", 10)
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        posenc.build_model("nope", 10, causal="yes")
+    with pytest.raises(ValueError, match="vocab_size"):
+        posenc.build_model("nope", 0, causal=True)
+
+
+def test_unknown_scheme_kwarg_is_a_type_error():
+    with pytest.raises(TypeError, match="not_an_option"):
+        posenc.build_model("nope", 10, causal=True, not_an_option=1)

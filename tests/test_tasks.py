@@ -1,0 +1,193 @@
+"""Synthetic tasks and the shipped corpus: answers right by construction, splits clean."""
+import gzip
+import hashlib
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from posenc.tasks import BOS, IGNORE, MASK, SEP, TASKS, CharCorpus, SyntheticTask, stdlib_text
+from posenc.tasks.corpus import DOC_SEP, STDLIB_SHA256
+from conftest import small_model
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def source_and_answer(task, n, causal=False):
+    """Split a bidirectional seq2seq batch back into (source items, answers)."""
+    x, y = task.batch(64, n, gen(), causal)
+    return x, y
+
+
+@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("n", [1, 5, 32])
+def test_shapes_match_seq_len_and_ids_fit_vocab(name, causal, n):
+    task = SyntheticTask(name, train_length=8, k=2)
+    if n <= 2 and name in ("kback", "index"):
+        with pytest.raises(ValueError, match=r"length must be in \[3, 32\]"):
+            task.batch(8, n, gen(), causal)
+        return
+    x, y = task.batch(8, n, gen(), causal)
+    assert x.shape == y.shape == (8, task.seq_len(n, causal))
+    assert x.dtype == y.dtype == torch.long
+    assert 0 <= x.min() and x.max() < task.vocab_size
+    asked = y[y != IGNORE]
+    assert asked.numel() > 0 and asked.min() >= 0 and asked.max() < task.vocab_size
+
+
+@pytest.mark.parametrize("name, answer", [
+    ("copy", lambda src: src),
+    ("reverse", lambda src: src.flip(1)),
+])
+def test_copy_and_reverse_answers(name, answer):
+    n = 7
+    x, y = SyntheticTask(name).batch(16, n, gen(), causal=False)
+    assert (x[:, 0] == BOS).all() and (x[:, n + 1] == SEP).all() and (x[:, n + 2:] == MASK).all()
+    assert torch.equal(y[:, n + 2:], answer(x[:, 1:n + 1]))
+    assert (y[:, : n + 2] == IGNORE).all()
+
+
+@pytest.mark.parametrize("name", ["copy", "reverse", "recall"])
+def test_causal_format_is_the_bidirectional_one_shifted(name):
+    task = SyntheticTask(name)
+    xc, yc = task.batch(8, 6, gen(3), causal=True)
+    xb, yb = task.batch(8, 6, gen(3), causal=False)
+    asked = yb != IGNORE
+    seq = torch.where(asked, yb, xb)            # the full sequence with answers filled in
+    assert torch.equal(xc, seq[:, :-1])
+    assert torch.equal(yc, yb[:, 1:])
+
+
+def test_recall_answers_the_value_stored_with_the_query_key():
+    n = 9
+    x, y = SyntheticTask("recall", train_length=16).batch(64, n, gen(), causal=False)
+    pairs = x[:, 1:2 * n + 1].view(64, n, 2)
+    keys, values, query = pairs[..., 0], pairs[..., 1], x[:, 2 * n + 1]
+    assert all(len(set(k.tolist())) == n for k in keys)            # keys distinct
+    hit = keys == query[:, None]
+    assert (hit.sum(1) == 1).all()
+    assert torch.equal(values[hit], y[:, -1])
+
+
+def test_labelling_tasks():
+    n = 10
+    x, y = SyntheticTask("kback", k=3).batch(16, n, gen(), causal=True)
+    items, labels = x[:, 1:], y[:, 1:]
+    assert (labels[:, :3] == IGNORE).all() and torch.equal(labels[:, 3:], items[:, :-3])
+    x, y = SyntheticTask("index", k=2).batch(16, n, gen(), causal=True)
+    items, labels = x[:, 1:], y[:, 1:]
+    assert (labels[:, :2] == IGNORE).all() and (labels[:, 2:] == items[:, 2:3]).all()
+    x, y = SyntheticTask("position").batch(4, n, gen(), causal=True)
+    assert (y[:, 1:] - y[:, 1:2] == torch.arange(n)).all()
+
+
+@pytest.mark.parametrize("name", ["kback", "index", "position"])
+def test_labels_only_depend_on_the_past(name):
+    """Label i is a function of items <= i, so a causal model can in principle answer it."""
+    task = SyntheticTask(name, k=2)
+    x, y = task.batch(256, 12, gen(), causal=True)
+    for i in range(1, 13):
+        asked = y[:, i] != IGNORE
+        if asked.any():
+            # the label equals one of the visible items, or is the position itself
+            visible = x[asked, : i + 1]
+            ok = (visible == y[asked, i, None]).any(1) | (name == "position")
+            assert ok.all()
+
+
+def test_train_batches_draw_lengths_up_to_L_and_are_reproducible():
+    task = SyntheticTask("copy", train_length=6, min_train_length=2)
+    lengths = {task.train_batch(2, gen(s), True)[0].shape[1] for s in range(200)}
+    assert lengths == {task.seq_len(n, True) for n in range(2, 7)}
+    a, b = task.train_batch(4, gen(5), True), task.train_batch(4, gen(5), True)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_bad_task_arguments():
+    with pytest.raises(ValueError, match="unknown task 'sort'.*copy"):
+        SyntheticTask("sort")
+    with pytest.raises(ValueError, match="train_length must be >= 1"):
+        SyntheticTask("copy", train_length=0)
+    with pytest.raises(ValueError, match=r"k must be in \[0, train_length\)"):
+        SyntheticTask("kback", train_length=4, k=4)
+    with pytest.raises(ValueError, match=r"length must be in \[1, 32\] for 'copy'"):
+        SyntheticTask("copy", train_length=8).batch(2, 33, gen(), True)
+
+
+def test_synthetic_evaluate_counts_an_oracle_as_perfect():
+    task = SyntheticTask("reverse", train_length=4)
+
+    class Oracle(torch.nn.Module):
+        causal = False
+
+        def forward(self, tokens):
+            n = (tokens.shape[1] - 2) // 2
+            logits = torch.zeros(*tokens.shape, task.vocab_size)
+            answer = tokens[:, 1:n + 1].flip(1)
+            logits[:, n + 2:].scatter_(-1, answer[..., None], 1.0)
+            return logits
+
+    assert task.evaluate(Oracle(), 5, n_samples=10) == {"accuracy": 1.0, "seq_accuracy": 1.0}
+
+
+# -- corpus -----------------------------------------------------------------------
+def test_shipped_corpus_matches_its_pinned_hash():
+    text = stdlib_text()
+    assert hashlib.sha256(text.encode("ascii")).hexdigest() == STDLIB_SHA256
+    assert len(text) > 1_000_000 and text.count(DOC_SEP) > 300
+
+
+def test_split_follows_document_boundaries():
+    c = CharCorpus.stdlib(valid_every=10)
+    docs = stdlib_text().split(DOC_SEP)
+    assert c.decode(c.valid_ids).split(DOC_SEP) == docs[::10]
+    assert len(c.train_ids) + len(c.valid_ids) + 1 == len(stdlib_text())  # one \f lost at the seam
+    assert 0.05 < len(c.valid_ids) / len(c.train_ids) < 0.2
+
+
+def test_eval_chunks_tile_the_validation_text_without_overlap():
+    c = CharCorpus("ab\fcdefgh\fijklmnopqrstuvw\fxyz" * 5, valid_every=2)
+    x, y = c.eval_chunks(4)
+    assert torch.equal(x.flatten(), c.valid_ids[: x.numel()])
+    assert torch.equal(y.flatten(), c.valid_ids[1: x.numel() + 1])
+    x8, _ = c.eval_chunks(2, max_tokens=8)
+    assert x8.shape == (4, 2)
+    with pytest.raises(ValueError, match="shorter than length"):
+        c.eval_chunks(10_000)
+
+
+def test_corpus_evaluate_is_the_mean_nll_over_chunks():
+    c = CharCorpus.stdlib(train_length=16)
+    model = small_model(vocab=c.vocab_size, causal=True)
+    out = c.evaluate(model, 32, max_tokens=640, batch_size=7)
+    x, y = c.eval_chunks(32, 640)
+    nll = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+    assert out["tokens"] == 640
+    assert math.isclose(out["nll"], nll, rel_tol=1e-5)
+    assert math.isclose(out["bpc"], out["nll"] / math.log(2), rel_tol=1e-12)
+
+
+def test_mlm_batches_mask_about_15_percent_and_hide_them():
+    c = CharCorpus.stdlib(train_length=64)
+    x, y = c.train_batch(64, gen(), causal=False)
+    chosen = y != IGNORE
+    assert 0.12 < chosen.float().mean() < 0.18
+    assert (x[chosen] == 1).all() and (x[~chosen] != 1).all()
+
+
+def test_corpus_path(tmp_path):
+    path = tmp_path / "book.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog. " * 200, encoding="utf-8")
+    c = CharCorpus.from_path(path, train_length=8)
+    assert c.vocab_size == 2 + len(set("the quick brown fox jumps over the lazy dog.\f"))  # \f: document end
+    with pytest.raises(ValueError, match="corpus_path"):
+        CharCorpus.from_path(tmp_path / "missing.txt")
+
+
+def test_unknown_characters_map_to_unk():
+    c = CharCorpus("abc\fabd\fab", valid_every=2)
+    assert c.encode("z").tolist() == [0]

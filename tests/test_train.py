@@ -1,0 +1,126 @@
+"""The training loop: determinism, checkpoint/resume, learning, schedule."""
+import pytest
+import torch
+
+import posenc
+from posenc.tasks import SyntheticTask
+from posenc.train import TrainConfig, amp_dtype, lr_factor, train
+from conftest import small_model
+
+TASK = SyntheticTask("copy", train_length=6, n_symbols=8)
+
+
+def fresh(seed=0):
+    torch.manual_seed(seed)
+    return small_model(vocab=TASK.vocab_size, causal=True)
+
+
+def cfg(**kw):
+    return TrainConfig(**{"steps": 30, "batch_size": 16, "warmup": 5, "log_every": 5, "progress": False, **kw})
+
+
+def params(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_reruns_are_bit_identical_on_cpu():
+    a, b = fresh(), fresh()
+    ra, rb = train(a, TASK, cfg()), train(b, TASK, cfg())
+    assert ra.history == rb.history
+    assert torch.equal(params(a), params(b))
+
+
+def test_different_seeds_give_different_runs():
+    ra, rb = train(fresh(), TASK, cfg(seed=0)), train(fresh(), TASK, cfg(seed=1))
+    assert ra.history != rb.history
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashingTask:
+    """Delegates to TASK but dies at a given step, like a Colab runtime."""
+
+    def __init__(self, at):
+        self.at, self.calls = at, 0
+
+    def train_batch(self, *args):
+        if self.calls == self.at:
+            raise Crash
+        self.calls += 1
+        return TASK.train_batch(*args)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_resume_after_a_crash_reaches_the_same_numbers(tmp_path, dropout):
+    torch.manual_seed(0)
+    ref_model = small_model(vocab=TASK.vocab_size, causal=True, dropout=dropout)
+    ref = train(ref_model, TASK, cfg())
+
+    path = str(tmp_path / "ckpt.pt")
+    torch.manual_seed(0)
+    crashed = small_model(vocab=TASK.vocab_size, causal=True, dropout=dropout)
+    with pytest.raises(Crash):
+        train(crashed, CrashingTask(at=23), cfg(checkpoint_path=path, checkpoint_every=10))
+    torch.manual_seed(123)  # a new runtime: different init, RNG restored from the checkpoint
+    resumed = small_model(vocab=TASK.vocab_size, causal=True, dropout=dropout)
+    out = train(resumed, TASK, cfg(checkpoint_path=path, checkpoint_every=10))
+    assert out.history == ref.history
+    assert torch.equal(params(resumed), params(ref_model))
+
+
+def test_a_finished_checkpoint_is_not_trained_again(tmp_path):
+    path = str(tmp_path / "done.pt")
+    model = fresh()
+    first = train(model, TASK, cfg(checkpoint_path=path))
+    again = fresh(7)
+    second = train(again, CrashingTask(at=0), cfg(checkpoint_path=path))
+    assert second.history == first.history and torch.equal(params(again), params(model))
+
+
+def test_training_learns_the_copy_task():
+    task = SyntheticTask("copy", train_length=4, n_symbols=6)
+    torch.manual_seed(0)
+    model = small_model(vocab=task.vocab_size, causal=True)
+    before = task.evaluate(model, 3)["accuracy"]
+    train(model, task, TrainConfig(steps=300, batch_size=32, lr=3e-3, warmup=30, progress=False))
+    after = task.evaluate(model, 3)["accuracy"]
+    assert before < 0.4 and after > 0.95
+
+
+def test_learning_rate_schedule():
+    c = TrainConfig(steps=100, warmup=10, min_lr_ratio=0.1)
+    assert lr_factor(0, c) == pytest.approx(0.1) and lr_factor(9, c) == pytest.approx(1.0)
+    assert lr_factor(10, c) == pytest.approx(1.0)
+    assert lr_factor(100, c) == pytest.approx(0.1)
+    assert all(lr_factor(s, c) >= lr_factor(s + 1, c) for s in range(10, 100))
+
+
+def test_precision_choice():
+    assert amp_dtype("auto", torch.device("cpu")) is None
+    with pytest.raises(ValueError, match="amp must be"):
+        TrainConfig(amp="fp8")
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        TrainConfig(steps=0)
+
+
+def test_run_builds_trains_and_tabulates():
+    out = posenc.run("nope", TASK, cfg(steps=5), causal=False, lengths=[2, 12],
+                     model_kwargs={"d_model": 16, "n_heads": 2, "n_layers": 1})
+    table = out["table"]
+    assert table.column("length") == [2, 12] and table.column("x_train") == [0.333, 2.0]
+    assert set(table.columns) >= {"scheme", "causal", "seed", "accuracy", "seq_accuracy"}
+
+
+def test_profiles():
+    assert posenc.resolve("ci") == "ci"
+    assert posenc.resolve("auto") == ("full" if torch.cuda.is_available() else "ci")
+    with pytest.raises(ValueError, match="profile must be one of"):
+        posenc.resolve("huge")
+
+
+def test_results_round_trip(tmp_path):
+    assert posenc.load_results("x", tmp_path) is None
+    posenc.save_results("x", {"a": [1, 2]}, tmp_path)
+    assert posenc.load_results("x", tmp_path) == {"a": [1, 2]}
