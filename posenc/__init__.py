@@ -4,6 +4,7 @@
     >>> model = posenc.build_model("nope", vocab_size=32, causal=True)
     >>> logits = model(tokens)          # tokens [batch, seq] -> [batch, seq, vocab]
 """
+from . import plots, tasks
 from .attention import Attention
 from .evaluate import length_table, run
 from .model import Transformer
@@ -13,7 +14,7 @@ from .scheme import PositionContext, Scheme
 from .table import Table
 from .train import TrainConfig, train
 
-__all__ = ["SCHEMES", "build_model", "get_scheme", "register", "Scheme", "PositionContext", "Attention",
+__all__ = ["plots", "tasks", "SCHEMES", "build_model", "get_scheme", "register", "Scheme", "PositionContext", "Attention",
            "Transformer", "TrainConfig", "train", "run", "length_table", "Table", "resolve",
            "save_results", "load_results"]
 __version__ = "0.1.0"

@@ -17,9 +17,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import warnings
+
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
+
+with warnings.catch_warnings():  # tqdm.auto warns when ipywidgets is absent, then falls back to text bars
+    warnings.simplefilter("ignore")
+    from tqdm.auto import tqdm
 
 from .tasks.synthetic import IGNORE
 

@@ -113,6 +113,17 @@ class SyntheticTask:
             seq_right += int((hit == asked).all(1).sum())
         return {"accuracy": right / total, "seq_accuracy": seq_right / n_samples}
 
+    @torch.no_grad()
+    def accuracy_by_position(self, model, length: int, *, n_samples: int = 256, seed: int = 0,
+                             device=None) -> list:
+        """Accuracy at each target slot (item index for labelling tasks, answer index otherwise)."""
+        x, y = self.batch(n_samples, length, torch.Generator().manual_seed(seed * 100003 + length), model.causal)
+        y = y.to(device)
+        asked = y != IGNORE
+        hit = ((model(x.to(device)).argmax(-1) == y) & asked).sum(0).float()
+        keep = asked.any(0)
+        return (hit[keep] / asked.sum(0)[keep]).tolist()
+
 
 def seq2seq(src: Tensor, ans: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
     """[BOS] src [SEP] ans, shifted for a causal model or with masked answers otherwise."""
