@@ -87,7 +87,8 @@ class Transformer(nn.Module):
         ctx = self.context(tokens.shape[1], positions, tokens.device)
         x = self.drop(self.scheme.embed(x, ctx))                     # hook 1
         maps = []
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
+            x = self.scheme.layer_input(x, ctx, i)                    # hook 1b: per-layer injection
             x, probs = block(x, self.scheme, ctx, need_weights)
             maps.append(probs)
         return self.ln_f(x), maps

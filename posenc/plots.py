@@ -56,6 +56,8 @@ def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_label
     ax = _axes(ax, figsize=(4, 4))
     im = ax.imshow(weights.detach().float().cpu().numpy(), cmap="viridis", vmin=0)
     ax.set(xlabel="key position j", ylabel="query position i", title=title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.yaxis.get_major_locator().set_params(integer=True)
     if tick_labels is not None:
         ax.set_xticks(range(len(tick_labels)), tick_labels, fontsize=6, rotation=90)
         ax.set_yticks(range(len(tick_labels)), tick_labels, fontsize=6)
@@ -71,5 +73,7 @@ def position_similarity(table: torch.Tensor, *, ax=None, title: str = "", cosine
         p = torch.nn.functional.normalize(p, dim=-1)
     im = ax.imshow((p @ p.T).numpy(), cmap="RdBu_r", vmin=-1 if cosine else None, vmax=1 if cosine else None)
     ax.set(xlabel="position j", ylabel="position i", title=title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.yaxis.get_major_locator().set_params(integer=True)
     plt.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity" if cosine else "dot product")
     return ax

@@ -10,6 +10,7 @@ the matching hook. Every default does nothing, so `Scheme` itself is NoPE.
 | hook             | changes                                   | e.g.                     |
 | ---------------- | ----------------------------------------- | ------------------------ |
 | `embed`          | x_i -> x_i + p_i (or x_i * p_i)           | learned, sinusoidal      |
+| `layer_input`    | the same, before every block              | FLOATER, DeBERTa's EMD   |
 | `transform_qk`   | q_i -> R_i q_i, k_j -> R_j k_j            | RoPE                     |
 | `logit_bias`     | a_ij += b_ij, shared by heads' layers     | T5, ALiBi                |
 | `extra_logits`,  | per-layer terms from q, k and positions   | Shaw, Transformer-XL,    |
@@ -80,6 +81,10 @@ class Scheme(nn.Module):
     # -- hook 1: input ---------------------------------------------------------
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
         """x: [batch, seq, d_model] -> same; absolute schemes add or multiply p_i."""
+        return x
+
+    def layer_input(self, x: Tensor, ctx: PositionContext, layer: int) -> Tensor:
+        """Per-layer input injection before block `layer` (FLOATER, DeBERTa's EMD); identity by default."""
         return x
 
     # -- hook 2: q/k transform -------------------------------------------------

@@ -216,3 +216,22 @@ def test_causal_is_required_and_boolean():
 def test_unknown_scheme_kwarg_is_a_type_error():
     with pytest.raises(TypeError, match="not_an_option"):
         posenc.build_model("nope", 10, causal=True, not_an_option=1)
+
+
+class _LayerCounter(Scheme):
+    """Adds the layer index + 1 to the residual stream before each block."""
+
+    def layer_input(self, x, ctx, layer):
+        return x + (layer + 1)
+
+
+def test_layer_input_runs_before_every_block(monkeypatch):
+    monkeypatch.setitem(posenc.SCHEMES, "_layers", _LayerCounter)
+    seen = []
+    model = small_model("_layers", n_layers=3)
+    for block in model.blocks:
+        block.register_forward_pre_hook(lambda mod, args: seen.append(args[0].mean().item()))
+    model(torch.zeros(1, 4, dtype=torch.long))
+    base = model.tok.weight[0].mean().item()
+    assert seen[0] == pytest.approx(base + 1, abs=1e-5)
+    assert len(seen) == 3

@@ -1,0 +1,33 @@
+"""Every shared plot labels its axes (with units where there are units)."""
+import matplotlib
+
+matplotlib.use("Agg", force=True)
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from posenc import Table, plots  # noqa: E402
+
+
+def labels(ax):
+    return ax.get_xlabel(), ax.get_ylabel()
+
+
+def test_training_curves_and_metric_vs_length_are_labelled():
+    ax = plots.training_curves({"a": [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0}]})
+    assert labels(ax) == ("training step", "training loss (nats/token)")
+    table = Table([{"scheme": s, "x_train": x, "seed": k, "accuracy": 0.5 + 0.1 * k}
+                   for s in ("a", "b") for x in (1, 2) for k in (0, 1)])
+    ax = plots.metric_vs_length(table, y="accuracy", ylabel="token accuracy")
+    assert labels(ax) == ("evaluation length / training length", "token accuracy")
+    lines = [l for l in ax.get_lines() if l.get_label() in ("a", "b")]
+    assert [list(l.get_ydata()) for l in lines] == [[0.55, 0.55], [0.55, 0.55]]  # seed means
+    plt.close("all")
+
+
+def test_heatmaps_are_labelled_and_cosine_is_bounded():
+    ax = plots.attention_map(torch.softmax(torch.randn(5, 5), -1))
+    assert labels(ax) == ("key position j", "query position i")
+    ax = plots.position_similarity(torch.randn(7, 4))
+    img = ax.get_images()[0].get_array()
+    assert img.shape == (7, 7) and abs(img.max() - 1) < 1e-6 and img.min() >= -1 - 1e-6
+    plt.close("all")
