@@ -13,6 +13,13 @@ from .registry import SCHEMES, build_model, get_scheme, register
 from .scheme import PositionContext, Scheme
 from .table import Table
 from .train import TrainConfig, train
+from . import alibi  # noqa: F401
+from . import absolute, floater  # noqa: F401
+from . import deberta, pretraining, tupe  # noqa: F401
+from . import rotary  # noqa: F401
+from . import bias, relative  # noqa: F401
+from . import cnn, complex_order, tasks_order  # noqa: F401
+from . import vision  # noqa: F401
 
 __all__ = ["plots", "tasks", "SCHEMES", "build_model", "get_scheme", "register", "Scheme", "PositionContext", "Attention",
            "Transformer", "TrainConfig", "train", "run", "length_table", "Table", "resolve",

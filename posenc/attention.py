@@ -27,9 +27,14 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, x: Tensor, scheme: Scheme, ctx: PositionContext, need_weights: bool = False):
+    def forward(self, x: Tensor, scheme: Scheme, ctx: PositionContext, need_weights: bool = False,
+                memory: Tensor | None = None):
+        """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D] adds M earlier keys/values (XL)."""
         B, T, D = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, Dh)
+        if memory is not None:                                     # Transformer-XL: keys = [memory; x]
+            x = torch.cat([memory, x], 1)                          # (B, M+T, D)
+        q, k, v = self.qkv(x).view(B, x.shape[1], 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        q = q[:, :, -T:]                                           # 3 x (B, H, T or M+T, Dh)
         q, k = scheme.transform_qk(q, k, ctx)                      # hook 2: rotate q, k
         mask = ctx.attn_mask                                       # hook 3: (H|1, T, T) bias + causal mask, or None
         extra = scheme.extra_logits(q, k, ctx, self.layer)         # hook 4: (B, H, T, T) or None

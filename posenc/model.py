@@ -10,12 +10,26 @@ mask) and hands it to every layer.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import Attention, causal_mask
 from .scheme import PositionContext, Scheme
+
+
+@dataclass
+class SegmentContext(PositionContext):
+    """A `PositionContext` whose keys start with a memory of earlier tokens (Transformer-XL).
+
+    `positions` are the current segment's (the queries'); `key_positions` [mem + seq]
+    are the memory's followed by the segment's. Schemes read them through
+    `posenc.relative.key_positions(ctx)`.
+    """
+
+    key_positions: Tensor | None = None
 
 
 class Block(nn.Module):
@@ -25,8 +39,9 @@ class Block(nn.Module):
         self.attn = Attention(d_model, n_heads, layer, dropout)
         self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout))
 
-    def forward(self, x, scheme, ctx, need_weights=False):
-        a, probs = self.attn(self.ln1(x), scheme, ctx, need_weights)
+    def forward(self, x, scheme, ctx, need_weights=False, memory=None):
+        """`memory` [B, M, D]: earlier inputs of this block (pre-LN), used as extra keys/values."""
+        a, probs = self.attn(self.ln1(x), scheme, ctx, need_weights, None if memory is None else self.ln1(memory))
         x = x + a
         return x + self.mlp(self.ln2(x)), probs
 
@@ -78,36 +93,94 @@ class Transformer(nn.Module):
         """Attention weights of every layer, each [batch, heads, seq, seq] ([CLS] included)."""
         return self.hidden_states(tokens, positions, need_weights=True)[1]
 
+    def forward_segment(self, tokens: Tensor, memory: list[Tensor] | None = None, positions: Tensor | None = None,
+                        mem_len: int | None = None) -> tuple[Tensor, list[Tensor]]:
+        """Transformer-XL's segment-level recurrence: (logits [B, T, vocab], new memory).
+
+        `memory` holds, per layer, the inputs [B, M, D] of that block for the M tokens
+        just before this segment (None: no memory). The new memory is the last
+        `mem_len` (default T) rows of [memory; this segment's block inputs], detached:
+        no gradient flows into earlier segments. `positions` [T] are this segment's,
+        default arange(M, M + T); the memory's are the M integers before positions[0].
+        """
+        h, _, inputs = self._run(tokens, positions, False, memory)
+        mem_len = tokens.shape[1] if mem_len is None else mem_len
+        if not isinstance(mem_len, int) or mem_len < 0:
+            raise ValueError(f"mem_len must be a non-negative int; got {mem_len!r}")
+        new = []
+        for m, x in zip(memory or [None] * len(inputs), inputs):
+            full = x if m is None else torch.cat([m, x], 1)           # (B, M+T, D)
+            new.append(full[:, max(0, full.shape[1] - mem_len):].detach())  # stop-gradient (XL, sec. 3.2)
+        return self.head(h), new
+
     def hidden_states(self, tokens: Tensor, positions: Tensor | None = None, need_weights: bool = False):
         """Final normed states [batch, seq (+1 for CLS), d_model] and the attention maps."""
+        h, maps, _ = self._run(tokens, positions, need_weights)
+        return h, maps
+
+    def _run(self, tokens, positions=None, need_weights=False, memory=None):
+        """(final normed states, attention maps, each block's input); `memory` as in `forward_segment`."""
         self._check_tokens(tokens)
         x = self.tok(tokens)                                         # (B, T, D)
         if self.cls is not None:
             x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
-        ctx = self.context(tokens.shape[1], positions, tokens.device)
+        mem_len = self._check_memory(memory, tokens)
+        ctx = self.context(tokens.shape[1], positions, tokens.device, mem_len)
         x = self.drop(self.scheme.embed(x, ctx))                     # hook 1
-        maps = []
+        maps, inputs = [], []
         for i, block in enumerate(self.blocks):
             x = self.scheme.layer_input(x, ctx, i)                    # hook 1b: per-layer injection
-            x, probs = block(x, self.scheme, ctx, need_weights)
+            inputs.append(x)
+            x, probs = block(x, self.scheme, ctx, need_weights, None if memory is None else memory[i])
             maps.append(probs)
-        return self.ln_f(x), maps
+        return self.ln_f(x), maps, inputs
 
-    def context(self, seq_len: int, positions: Tensor | None, device) -> PositionContext:
-        """Positions, the scheme's shared tables and the merged bias + causal mask."""
+    def context(self, seq_len: int, positions: Tensor | None, device, mem_len: int = 0) -> PositionContext:
+        """Positions, the scheme's shared tables and the merged bias + causal mask.
+
+        With `mem_len` > 0 (Transformer-XL memory) keys are [memory; segment], the
+        context is a `SegmentContext` and the causal mask is right-aligned (T, M + T).
+        """
+        if mem_len and positions is None:
+            positions = torch.arange(mem_len, mem_len + seq_len, device=device)
         positions = self._check_positions(seq_len, positions, device)
         if self.cls is not None:  # [CLS] takes the first position, tokens move up by one
             positions = torch.cat([positions[:1], positions + 1])
-        ctx = PositionContext(positions, self.causal, has_cls=self.cls is not None)
+        if mem_len:
+            before = positions[0] - torch.arange(mem_len, 0, -1, device=device).to(positions.dtype)
+            ctx = SegmentContext(positions, self.causal, key_positions=torch.cat([before, positions]))
+        else:
+            ctx = PositionContext(positions, self.causal, has_cls=self.cls is not None)
         ctx.tables = self.scheme.prepare(ctx)
         bias = self.scheme.logit_bias(ctx)                           # hook 3, once for all layers
-        if self.causal and (bias is not None or self.scheme.custom_attention):
-            mask = causal_mask(ctx.seq_len, ctx.seq_len, device)     # extra logits need it explicitly
+        if self.causal and (bias is not None or self.scheme.custom_attention or mem_len):
+            mask = causal_mask(ctx.seq_len, ctx.seq_len + mem_len, device)  # explicit: extra logits or memory
             bias = mask if bias is None else bias + mask
         ctx.attn_mask = bias                                         # None: plain (causal) SDPA
         return ctx
 
     # -- validation --------------------------------------------------------------
+    def _check_memory(self, memory, tokens: Tensor) -> int:
+        """Length M of a per-layer memory list (0 for None), after checking it fits."""
+        if memory is None:
+            return 0
+        allowed = getattr(self.scheme, "supports_memory", False) or not self._uses_position()
+        if self.cls is not None or not allowed:
+            raise ValueError(f"memory needs a scheme with supports_memory=True (e.g. 'xl', 'nope') and no [CLS]; "
+                             f"got {type(self.scheme).__name__}")
+        want = (tokens.shape[0], None, self.tok.embedding_dim)
+        if (not isinstance(memory, (list, tuple)) or len(memory) != len(self.blocks)
+                or any(m.dim() != 3 or m.shape[0] != want[0] or m.shape[2] != want[2] or m.shape[1] != memory[0].shape[1]
+                       for m in memory)):
+            raise ValueError(f"memory must be a list of {len(self.blocks)} tensors [batch={want[0]}, M, {want[2]}]")
+        return memory[0].shape[1]
+
+    def _uses_position(self) -> bool:
+        """Whether the scheme overrides any hook (NoPE does not, so it can take a memory)."""
+        cls = type(self.scheme)
+        return any(getattr(cls, h) is not getattr(Scheme, h) for h in
+                   ("prepare", "embed", "layer_input", "transform_qk", "logit_bias", "extra_logits", "extra_values"))
+
     def _check_tokens(self, tokens: Tensor) -> None:
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             got = f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__

@@ -77,3 +77,24 @@ def position_similarity(table: torch.Tensor, *, ax=None, title: str = "", cosine
     ax.yaxis.get_major_locator().set_params(integer=True)
     plt.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity" if cosine else "dot product")
     return ax
+
+
+def patch_similarity_grid(table: torch.Tensor, grid, *, ax=None, title: str = ""):
+    """ViT's Figure 7: for each patch (r, c) of an h x w grid, its cosine similarity with every
+    patch's embedding, drawn as a small h x w map at tile (r, c) of an (h*h) x (w*w) mosaic."""
+    h, w = grid
+    if table.shape[0] != h * w:
+        raise ValueError(f"table has {table.shape[0]} rows but grid={grid!r} needs {h * w}")
+    ax = _axes(ax, figsize=(4.5, 4.5))
+    p = torch.nn.functional.normalize(table.detach().float().cpu(), dim=-1)
+    sim = (p @ p.T).view(h, w, h, w)                        # [r, c, r', c']
+    mosaic = torch.full((h * (h + 1) - 1, w * (w + 1) - 1), float("nan"))
+    for r in range(h):
+        for c in range(w):
+            mosaic[r * (h + 1):r * (h + 1) + h, c * (w + 1):c * (w + 1) + w] = sim[r, c]
+    im = ax.imshow(mosaic.numpy(), cmap="RdBu_r", vmin=-1, vmax=1)
+    ax.set_xticks([c * (w + 1) + (w - 1) / 2 for c in range(w)], range(1, w + 1))
+    ax.set_yticks([r * (h + 1) + (h - 1) / 2 for r in range(h)], range(1, h + 1))
+    ax.set(xlabel="input patch column", ylabel="input patch row", title=title)
+    plt.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity")
+    return ax

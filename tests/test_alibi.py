@@ -1,0 +1,61 @@
+"""ALiBi: slopes and bias against two independent implementations, and its invariances."""
+import pytest
+import torch
+from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+from x_transformers.x_transformers import AlibiPositionalBias
+
+import posenc
+from posenc.alibi import alibi_bias, alibi_slopes
+from conftest import small_model
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 48])
+def test_slopes_equal_bloom(heads):
+    """BLOOM's alibi tensor is slope_h * key position; at key position 1 it is the slope."""
+    ref = build_alibi_tensor(torch.ones(1, 3), heads, torch.float32)[:, 0, 1]
+    torch.testing.assert_close(alibi_slopes(heads), ref)
+
+
+def test_power_of_two_slopes_are_the_papers_geometric_sequence():
+    torch.testing.assert_close(alibi_slopes(8), 2.0 ** -torch.arange(1.0, 9.0))
+    torch.testing.assert_close(alibi_slopes(16), 2.0 ** (-0.5 * torch.arange(1.0, 17.0)))
+
+
+@pytest.mark.parametrize("heads", [4, 6, 12])
+def test_bias_equals_x_transformers(heads):
+    ref = AlibiPositionalBias(heads=heads, total_heads=heads)(11, 11)
+    torch.testing.assert_close(alibi_bias(torch.arange(11), alibi_slopes(heads)), ref)
+
+
+def test_bias_depends_on_distance_only():
+    pos = torch.randint(-1000, 1000, (9,)).float()
+    slopes = alibi_slopes(4)
+    b = alibi_bias(pos, slopes)
+    torch.testing.assert_close(b, alibi_bias(pos + 12345.0, slopes))
+    torch.testing.assert_close(b, b.transpose(1, 2))
+    torch.testing.assert_close(b[2], -slopes[2] * (pos[None] - pos[:, None]).abs())
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_alibi_model_is_shift_invariant(causal):
+    model = small_model("alibi", causal)
+    tokens = torch.randint(0, 23, (2, 12))
+    for c in (1, 37, 5000):
+        torch.testing.assert_close(model(tokens, torch.arange(12) + c), model(tokens), rtol=1e-5, atol=1e-5)
+
+
+def test_alibi_keeps_attention_fused_and_needs_no_table():
+    model = small_model("alibi", True, max_len=8)
+    assert not model.scheme.custom_attention
+    assert model(torch.randint(0, 23, (1, 40))).shape == (1, 40, 23)   # 5x longer than max_len
+    assert sum(p.numel() for p in model.scheme.parameters()) == 0
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, "4"])
+def test_bad_head_count(bad):
+    with pytest.raises(ValueError, match="num_heads must be a positive int"):
+        alibi_slopes(bad)
+
+
+def test_registered():
+    assert posenc.SCHEMES["alibi"].__name__ == "ALiBi"

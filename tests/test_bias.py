@@ -1,0 +1,93 @@
+"""T5's relative buckets and bias: equality with transformers, the bucket map's claims, fused SDPA."""
+import pytest
+import torch
+from transformers import T5Config
+from transformers.models.t5.modeling_t5 import T5Attention
+
+import posenc
+from posenc.bias import t5_bucket
+from conftest import small_model
+
+SETTINGS = [(True, 32, 128), (False, 32, 128), (True, 64, 256), (False, 16, 64), (True, 8, 20), (False, 128, 1000)]
+
+
+@pytest.mark.parametrize("bidirectional,num_buckets,max_distance", SETTINGS)
+def test_t5_bucket_equals_transformers(bidirectional, num_buckets, max_distance):
+    rel = torch.arange(-2000, 2001)                                              # key_pos - query_pos
+    want = T5Attention._relative_position_bucket(rel, bidirectional, num_buckets, max_distance)
+    got = t5_bucket(rel, bidirectional, num_buckets, max_distance)
+    assert got.dtype == torch.long and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("bidirectional,num_buckets,max_distance", SETTINGS)
+def test_bucket_map_is_exact_then_logarithmic_then_saturated(bidirectional, num_buckets, max_distance):
+    half = num_buckets // 2 if bidirectional else num_buckets
+    exact = half // 2
+    n = torch.arange(0, 3 * max_distance)
+    past = t5_bucket(-n, bidirectional, num_buckets, max_distance)               # keys before the query
+    assert past[:exact].tolist() == list(range(exact))                           # one bucket per distance < m
+    assert (past.diff() >= 0).all() and past.max() == half - 1                   # monotone, all buckets used
+    assert (past[max_distance:] == half - 1).all()                               # saturated from max_distance on
+    widths = torch.bincount(past, minlength=half)[exact:-1]
+    assert (widths.diff() >= -1).all()                                           # log buckets widen with distance
+    future = t5_bucket(n[1:], bidirectional, num_buckets, max_distance)
+    if bidirectional:
+        assert torch.equal(future, past[1:] + half)                              # the sign takes the upper half
+    else:
+        assert (future == 0).all()                                               # causal: future keys share bucket 0
+
+
+def test_t5_bucket_rejects_bad_input():
+    with pytest.raises(TypeError):
+        t5_bucket(torch.arange(3.0))
+    with pytest.raises(ValueError):
+        t5_bucket(torch.arange(3), num_buckets=2)
+    with pytest.raises(ValueError):
+        t5_bucket(torch.arange(3), num_buckets=32, max_distance=4)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_t5_bias_equals_transformers_compute_bias(causal):
+    model = small_model("t5", causal)
+    config = T5Config(d_model=32, d_kv=8, num_heads=4, relative_attention_num_buckets=32,
+                      relative_attention_max_distance=128, is_decoder=causal)
+    ref = T5Attention(config, has_relative_attention_bias=True)
+    ref.relative_attention_bias.weight.data.copy_(model.scheme.bias.weight.data)
+    ctx = model.context(40, None, "cpu")
+    want = ref.compute_bias(40, 40)[0]                                           # (H, Q, K)
+    torch.testing.assert_close(model.scheme.logit_bias(ctx), want)
+
+
+def test_t5_table_is_computed_once_and_attention_stays_fused(monkeypatch):
+    model = small_model("t5", causal=True, n_layers=3)
+    assert not model.scheme.custom_attention and not model.scheme.uses_extra_values
+    calls = {"prepare": 0, "bias": 0}
+    prepare, bias = model.scheme.prepare, model.scheme.logit_bias
+
+    def count(name, fn):
+        def wrapped(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(model.scheme, "prepare", count("prepare", prepare))
+    monkeypatch.setattr(model.scheme, "logit_bias", count("bias", bias))
+    monkeypatch.setattr(posenc.attention, "explicit_attention", lambda *a, **k: pytest.fail("left fused SDPA"))
+    model(torch.randint(0, 23, (2, 10)))
+    assert calls == {"prepare": 1, "bias": 1}
+
+
+def test_t5_bias_is_added_after_scaling_and_unscaled():
+    """Logits = q k^T / sqrt(d_h) + b: the explicit path with the same bias gives the fused output."""
+    model = small_model("t5", causal=False)
+    tokens = torch.randint(0, 23, (2, 12))
+    fused = model(tokens)
+    h, maps = model.hidden_states(tokens, need_weights=True)                     # explicit softmax path
+    torch.testing.assert_close(model.head(h), fused, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 4, 12))
+
+
+def test_t5_serves_lengths_beyond_max_distance_and_bidirectional_default():
+    causal, bidir = small_model("t5", causal=True), small_model("t5", causal=False)
+    assert causal.scheme.bidirectional is False and bidir.scheme.bidirectional is True
+    assert causal(torch.randint(0, 23, (1, 300))).shape == (1, 300, 23)

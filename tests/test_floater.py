@@ -1,0 +1,78 @@
+"""FLOATER (posenc.floater): positions from an ODE, injected before every block."""
+import pytest
+import torch
+
+import posenc
+from posenc.absolute import sinusoidal_table
+from posenc.floater import Floater, sinusoidal_dynamics, solve_positions
+from conftest import small_model
+
+
+@pytest.mark.parametrize("delta", [1.0, 0.1])
+def test_sinusoidal_table_is_a_particular_solution(delta):
+    """dp/dt = A p, A = blockdiag([[0, w_i], [-w_i, 0]])/delta, p(0) = (0,1,0,1,...) gives PE(i) at t = delta*i."""
+    h, p0 = sinusoidal_dynamics(16, delta=delta)
+    sol = solve_positions(h, p0, torch.arange(40), delta=delta, method="dopri5", rtol=1e-7, atol=1e-8)
+    torch.testing.assert_close(sol, sinusoidal_table(40, 16), rtol=0, atol=1e-4)
+
+
+def test_solution_handles_unsorted_repeated_and_fractional_positions():
+    h, p0 = sinusoidal_dynamics(8)
+    pos = torch.tensor([5.0, 2.0, 5.0, 0.0, 3.5])
+    sol = solve_positions(h, p0, pos, delta=1.0, method="dopri5", rtol=1e-7, atol=1e-8)
+    torch.testing.assert_close(sol, posenc.absolute.sinusoidal_at(pos, 8), rtol=0, atol=1e-4)
+
+
+def test_rk4_default_is_close_to_adaptive_solver():
+    model = small_model("floater")
+    pos = torch.arange(30)
+    a = model.scheme.solve(pos)
+    model.scheme.method = "dopri5"
+    torch.testing.assert_close(a, model.scheme.solve(pos), rtol=1e-3, atol=1e-4)
+
+
+def test_positions_enter_before_every_block():
+    model = small_model("floater", n_layers=3)
+    ctx = model.context(7, None, "cpu")
+    table = ctx.tables["floater"]
+    assert table.shape == (3, 7, 32)
+    x = torch.randn(2, 7, 32)
+    for layer in range(3):
+        torch.testing.assert_close(model.scheme.layer_input(x, ctx, layer), x + table[layer])
+    assert not torch.allclose(table[0], table[1])                            # own initial value per block
+
+
+def test_cache_gives_identical_outputs_and_is_dropped_by_training():
+    model = small_model("floater")
+    tokens = torch.randint(0, 23, (2, 20))
+    ref = model(tokens)
+    model.scheme.cache(64)
+    assert model.scheme.cached.shape == (2, 64, 32)
+    torch.testing.assert_close(model(tokens), ref, rtol=1e-5, atol=1e-5)
+    model.train()
+    assert model.scheme.cached.shape[1] == 0
+
+
+def test_adjoint_gradients_match_direct_backprop():
+    torch.manual_seed(0)
+    s = Floater(d_model=8, n_heads=2, n_layers=2, max_len=16, causal=True, method="dopri5")
+    pos = torch.arange(6)
+    s.solve(pos).square().sum().backward()
+    direct = [p.grad.clone() for p in s.parameters()]
+    s.zero_grad()
+    s.adjoint = True
+    s.solve(pos).square().sum().backward()
+    for g, p in zip(direct, s.parameters()):
+        torch.testing.assert_close(p.grad, g, rtol=1e-3, atol=1e-5)
+
+
+def test_floater_extrapolates_without_error_but_rejects_negative_positions():
+    model = small_model("floater", max_len=8)
+    assert model(torch.randint(0, 23, (1, 40))).shape == (1, 40, 23)
+    with pytest.raises(ValueError, match="positions"):
+        model(torch.randint(0, 23, (1, 5)), torch.arange(5) - 3)
+
+
+def test_bad_delta_is_rejected():
+    with pytest.raises(ValueError, match="delta"):
+        small_model("floater", delta=0.0)

@@ -1,0 +1,157 @@
+"""TUPE: untied logits with 1/sqrt(2d), the position term computed once per forward,
+the [CLS] reset, the BERT-A^d ablation, TUPE-R's T5 bias; and the pre-training task."""
+import math
+
+import pytest
+import torch
+
+import posenc
+from posenc.pretraining import MaskedLMWithCLS, loss_parts, pretraining_loss, steps_to_reach
+from posenc.tasks import CharCorpus
+from posenc.tasks.synthetic import IGNORE
+from posenc.tupe import TUPE, cls_reset, four_terms
+
+from conftest import small_model
+
+
+def _layer0(model, tokens):
+    """Content q, k of layer 0 ([B, H, N, dh]) and p U_Q, p U_K ([H, N, dh]) by hand."""
+    s, B, n = model.scheme, tokens.shape[0], tokens.shape[1]
+    x = model.tok(tokens)
+    if model.cls is not None:
+        x = torch.cat([model.cls.expand(B, -1, -1), x], 1)
+    N = x.shape[1]
+    q, k, _ = model.blocks[0].attn.qkv(model.blocks[0].ln1(x)).view(B, N, 3, s.n_heads, s.head_dim).permute(2, 0, 3, 1, 4)
+    p = s.pos.weight[:N]
+    return q, k, s.heads(s.u_q(p)), s.heads(s.u_k(p))
+
+
+def test_tupe_a_logits_are_untied_with_sqrt_2d():
+    model = small_model("tupe", causal=False, cls_token=True)
+    with torch.no_grad():
+        model.scheme.theta.copy_(torch.tensor([0.7, -1.3]))
+    tokens = torch.randint(0, 23, (2, 9))
+    q, k, pq, pk = _layer0(model, tokens)
+    d = model.scheme.head_dim
+    pos = pq @ pk.transpose(-2, -1) / math.sqrt(2 * d)
+    pos[:, 0, :], pos[:, 1:, 0] = 0.7, -1.3                                    # paper Eq. 7
+    want = (q @ k.transpose(-2, -1) / math.sqrt(2 * d) + pos).softmax(-1)
+    torch.testing.assert_close(model.attention_maps(tokens)[0], want)
+
+
+def test_cls_reset_replaces_exactly_row_and_column_of_cls():
+    v = torch.randn(3, 7, 7)
+    out = cls_reset(v, torch.tensor(2.0), torch.tensor(-5.0))
+    assert torch.all(out[:, 0, :] == 2.0) and torch.all(out[:, 1:, 0] == -5.0)
+    assert torch.equal(out[:, 1:, 1:], v[:, 1:, 1:])
+    # and inside the model: with and without reset the tables differ only there
+    a = small_model("tupe", causal=False, cls_token=True)
+    b = small_model("tupe", causal=False, cls_token=True, cls_reset=False)
+    b.load_state_dict(a.state_dict())
+    ta, tb = a.context(8, None, "cpu").attn_mask, b.context(8, None, "cpu").attn_mask
+    diff = (ta != tb).any(0)                                                    # (N, N)
+    mask = torch.zeros(9, 9, dtype=torch.bool)
+    mask[0, :], mask[:, 0] = True, True
+    assert torch.equal(diff, mask)
+
+
+def test_reset_needs_a_cls_token():
+    model = small_model("tupe", causal=False)                                  # no [CLS]: nothing reset
+    s, ctx = model.scheme, model.context(6, None, "cpu")
+    torch.testing.assert_close(ctx.attn_mask, s.position_term(ctx)[0])
+
+
+def test_position_term_computed_once_per_forward_and_shared():
+    model = small_model("tupe", causal=False, cls_token=True, n_layers=3)
+    calls = []
+    model.scheme.u_q.register_forward_hook(lambda *a: calls.append(1))
+    seen = []
+    model.scheme.logit_bias = lambda ctx, f=model.scheme.logit_bias: seen.append(f(ctx)) or seen[-1]
+    model(torch.randint(0, 23, (2, 8)))
+    assert len(calls) == 1 and len(seen) == 1                                   # U_Q p once, bias built once
+    assert model.scheme.custom_attention is True                                # extra_logits exists (BERT-A^d)
+
+
+def test_bert_separate_projections_keeps_all_four_terms():
+    model = small_model("tupe", causal=False, cls_token=True, cross_terms=True, cls_reset=False)
+    tokens = torch.randint(0, 23, (2, 7))
+    q, k, pq, pk = _layer0(model, tokens)
+    d = model.scheme.head_dim
+    assert model.scheme.logit_scale() == pytest.approx(1 / math.sqrt(d))
+    want = ((q + pq) @ (k + pk).transpose(-2, -1) / math.sqrt(d)).softmax(-1)
+    torch.testing.assert_close(model.attention_maps(tokens)[0], want)
+
+
+def test_four_terms_sum_to_the_tied_logits():
+    x, p, wq, wk = torch.randn(6, 16), torch.randn(6, 16), torch.randn(16, 4), torch.randn(16, 4)
+    terms = four_terms(x, p, wq, wk, 0.5)
+    torch.testing.assert_close(sum(terms.values()), ((x + p) @ wq) @ ((x + p) @ wk).T * 0.5)
+
+
+def test_tupe_r_adds_the_t5_bias():
+    bias = pytest.importorskip("posenc.bias")
+    if not hasattr(bias, "t5_bucket"):
+        pytest.skip("posenc.bias.t5_bucket not written yet")
+    a = small_model("tupe", causal=False, cls_token=True, relative=True, num_buckets=8, max_distance=16)
+    b = small_model("tupe", causal=False, cls_token=True)
+    b.load_state_dict({k: v for k, v in a.state_dict().items() if not k.startswith("scheme.rel_bias")})
+    N = 10
+    ctx_a, ctx_b = a.context(N - 1, None, "cpu"), b.context(N - 1, None, "cpu")
+    rel = torch.arange(N)[None, :] - torch.arange(N)[:, None]                   # j - i
+    want = ctx_b.attn_mask + a.scheme.rel_bias(bias.t5_bucket(rel, True, 8, 16)).permute(2, 0, 1)
+    torch.testing.assert_close(ctx_a.attn_mask[:, 1:, 1:], want[:, 1:, 1:])     # [CLS] row/col: reset
+    torch.testing.assert_close(ctx_a.attn_mask[:, 0], ctx_b.attn_mask[:, 0])
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="relative"):
+        small_model("tupe", causal=False, relative="yes")
+    with pytest.raises(ValueError, match="max_len"):
+        small_model("tupe", causal=False, max_len=8)(torch.zeros(1, 4, dtype=torch.long), torch.arange(4) + 10)
+    assert isinstance(small_model("tupe", causal=False).scheme, TUPE) and "tupe" in posenc.SCHEMES
+
+
+# -- the pre-training task ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def task():
+    text = "\f".join(f"document {i}: " + "abcdefghij" * 30 for i in range(20))
+    return MaskedLMWithCLS(CharCorpus(text, train_length=16))
+
+
+def test_batches_carry_label_and_masked_targets(task):
+    x, y = task.train_batch(64, torch.Generator().manual_seed(0), causal=False)
+    assert x.shape == (64, 16) and y.shape == (64, 17)
+    assert set(y[:, 0].tolist()) == {0, 1}
+    masked = y[:, 1:] != IGNORE
+    assert torch.all(x[masked] == 1) and 0.05 < masked.float().mean() < 0.3
+
+
+def test_label_one_means_continuation():
+    text = "\f".join("".join(chr(65 + (i + j) % 26) for j in range(400)) for i in range(12))   # ABC...: next = +1
+    t = MaskedLMWithCLS(CharCorpus(text, train_length=16, mask_prob=0.0))
+    x, y = t.train_batch(200, torch.Generator().manual_seed(1))
+    step = (x[:, 8] - x[:, 7]) % 26                                            # across the half boundary
+    assert (step[y[:, 0] == 1] == 1).float().mean() > 0.95                      # (a few windows cross a \f)
+    assert (step[y[:, 0] == 0] != 1).float().mean() > 0.8
+
+
+def test_loss_runs_and_backpropagates(task):
+    model = posenc.build_model("tupe", task.vocab_size, causal=False, cls_token=True, num_classes=2,
+                               d_model=32, n_heads=4, max_len=16)
+    x, y = task.train_batch(4, torch.Generator().manual_seed(0))
+    loss = pretraining_loss(model, x, y)
+    loss.backward()
+    parts = loss_parts(model, x, y)
+    assert torch.isfinite(loss) and loss.item() == pytest.approx((parts["mlm"] + parts["cls"]).item())
+    assert model.scheme.theta.grad is not None and model.scheme.theta.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="causal"):
+        task.train_batch(4, torch.Generator(), causal=True)
+    with pytest.raises(ValueError, match="cls_token"):
+        loss_parts(small_model("tupe", causal=False, vocab=task.vocab_size), x, y)
+
+
+def test_steps_to_reach():
+    hist = [{"step": s, "loss": l} for s, l in zip((10, 20, 30, 40), (4.0, 3.0, 2.0, 1.0))]
+    assert steps_to_reach(hist, 2.5, window=1) == 30
+    assert steps_to_reach(hist, 2.0, window=2) == 40                           # smoothed: 2.5 at 30, 1.5 at 40
+    assert steps_to_reach(hist, 0.5) == math.inf

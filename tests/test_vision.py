@@ -1,0 +1,269 @@
+"""posenc.vision: patches, 2-D schemes, resizing a learned table, and the small ViT."""
+import math
+
+import pytest
+import torch
+
+import posenc
+from posenc import vision as V
+from posenc.absolute import sinusoidal_table
+
+ViTConfig = pytest.importorskip("transformers").ViTConfig
+from transformers.models.vit.modeling_vit import ViTEmbeddings  # noqa: E402
+
+
+def tiny_vit(scheme, image_size=8, patch_size=2, **kw):
+    kw = {"d_model": 32, "n_heads": 2, "n_layers": 2, "num_classes": 10, **kw}
+    return V.build_vit(scheme, image_size=image_size, patch_size=patch_size, **kw).eval()
+
+
+# -- interpolate_pos_embed (contract) against transformers ----------------------------------
+@pytest.mark.parametrize("new_size", [(12, 12), (12, 16), (4, 6), (8, 8)])
+def test_interpolate_pos_embed_equals_transformers_vit(new_size):
+    """Same numbers as ViTEmbeddings.interpolate_pos_encoding (bicubic, size=, align_corners=False)."""
+    cfg = ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                    image_size=8, patch_size=2, num_channels=1)
+    emb = ViTEmbeddings(cfg)
+    with torch.no_grad():
+        emb.position_embeddings.normal_()
+    H, W = new_size
+    n_new = (H // 2) * (W // 2)
+    ref = emb.interpolate_pos_encoding(torch.zeros(1, 1 + n_new, 16), H, W)         # (1, 1+n_new, 16)
+    ours = V.interpolate_pos_embed(emb.position_embeddings.detach()[0], (4, 4), (H // 2, W // 2), num_prefix_tokens=1)
+    assert ours.shape == (1 + n_new, 16)
+    torch.testing.assert_close(ours, ref[0].detach(), rtol=0, atol=1e-6)
+    batched = V.interpolate_pos_embed(emb.position_embeddings.detach(), (4, 4), (H // 2, W // 2), num_prefix_tokens=1)
+    torch.testing.assert_close(batched[0], ours)
+
+
+def test_interpolate_keeps_the_cls_row_and_constant_tables():
+    table = torch.randn(1 + 12, 8)
+    table[1:] = torch.randn(8)                                  # the same vector at every patch
+    out = V.interpolate_pos_embed(table, (3, 4), (5, 7), num_prefix_tokens=1)
+    torch.testing.assert_close(out[0], table[0])
+    torch.testing.assert_close(out[1:], table[1:2].expand(35, -1), rtol=0, atol=1e-5)
+    same = V.interpolate_pos_embed(table[1:], (3, 4), (3, 4))    # no prefix; same grid: identity
+    torch.testing.assert_close(same, table[1:], rtol=0, atol=1e-6)
+
+
+def keys_cubic(t: float, a: float = -0.75) -> float:
+    """Keys' cubic convolution kernel W(t) (a = -0.75, PyTorch's and OpenCV's choice)."""
+    t = abs(t)
+    if t <= 1:
+        return (a + 2) * t ** 3 - (a + 3) * t ** 2 + 1
+    return a * t ** 3 - 5 * a * t ** 2 + 8 * a * t - 4 * a if t < 2 else 0.0
+
+
+def bicubic_loop(grid: torch.Tensor, new_h: int, new_w: int) -> torch.Tensor:
+    """The naive separable sum: out[i, j] = sum_{m, n} W(y_i - m) W(x_j - n) grid[clamp(m), clamp(n)],
+    at the sampling points y_i = (i + 1/2) h / h' - 1/2 (align_corners=False)."""
+    h, w = grid.shape[:2]
+    out = torch.zeros(new_h, new_w, *grid.shape[2:], dtype=torch.float64)
+    for i in range(new_h):
+        y = (i + 0.5) * h / new_h - 0.5
+        for j in range(new_w):
+            x = (j + 0.5) * w / new_w - 0.5
+            for m in range(math.floor(y) - 1, math.floor(y) + 3):
+                for n in range(math.floor(x) - 1, math.floor(x) + 3):
+                    wgt = keys_cubic(y - m) * keys_cubic(x - n)
+                    out[i, j] += wgt * grid[min(max(m, 0), h - 1), min(max(n, 0), w - 1)].double()
+    return out
+
+
+def test_interpolation_is_keys_bicubic_at_fractional_coordinates():
+    """New patch (i, j) is the old table sampled at ((i + 1/2) h/h' - 1/2, (j + 1/2) w/w' - 1/2)."""
+    table = torch.randn(3 * 4, 5)
+    out = V.interpolate_pos_embed(table, (3, 4), (5, 7))              # (35, 5)
+    ref = bicubic_loop(table.view(3, 4, 5), 5, 7).reshape(35, 5).float()
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+
+
+def test_bicubic_a075_reproduces_constants_but_not_ramps_exactly():
+    """Partition of unity holds; a linear ramp comes back within 3/64 of the sampled value (a = -0.75)."""
+    r, c = V.grid_coords((6, 6))
+    out = V.interpolate_pos_embed(torch.stack([r, c], -1), (6, 6), (12, 12))
+    r2, c2 = V.grid_coords((12, 12), ref_grid=(6, 6))
+    inside = (r2 >= 1) & (r2 <= 4) & (c2 >= 1) & (c2 <= 4)           # no clamped taps
+    err = (out[inside] - torch.stack([r2, c2], -1)[inside]).abs()
+    assert err.max() <= 3 / 64 + 1e-5 and err.max() > 1e-2
+
+
+@pytest.mark.parametrize("args, name", [
+    ((torch.randn(17, 8), (4, 5), (6, 6)), "old_grid"),                      # 4*5 != 16
+    ((torch.randn(16, 8), (4, 4), (0, 6)), "new_grid"),
+    ((torch.randn(16, 8), (4.0, 4), (6, 6)), "old_grid"),
+    ((torch.randn(2, 16, 8), (4, 4), (6, 6)), "pos_embed"),
+])
+def test_interpolate_rejects_bad_input(args, name):
+    with pytest.raises(ValueError, match=name):
+        V.interpolate_pos_embed(*args)
+    with pytest.raises(ValueError, match="num_prefix_tokens"):
+        V.interpolate_pos_embed(torch.randn(17, 8), (4, 4), (6, 6), num_prefix_tokens=-1)
+
+
+# -- image -> tokens ------------------------------------------------------------------------------
+def test_patchify_is_raster_order_and_conv_is_a_linear_map_of_patches():
+    images = torch.randn(2, 3, 8, 12)
+    x = V.patchify(images, 4)                                        # (2, 6, 48)
+    assert x.shape == (2, 6, 48)
+    for n in range(6):
+        r, c = divmod(n, 3)
+        torch.testing.assert_close(x[:, n], images[:, :, 4 * r:4 * r + 4, 4 * c:4 * c + 4].flatten(1))
+    embed = V.PatchEmbed(3, 16, 4)
+    tokens, grid = embed(images)
+    assert grid == (2, 3)
+    linear = x @ embed.proj.weight.flatten(1).T + embed.proj.bias   # x_p E + b, ViT Eq. (1)
+    torch.testing.assert_close(tokens, linear, rtol=1e-5, atol=1e-5)
+
+
+def test_image_size_not_divisible_by_patch_size_is_a_clear_error():
+    with pytest.raises(ValueError, match="patch_size"):
+        V.patchify(torch.randn(1, 1, 10, 8), 4)
+    with pytest.raises(ValueError, match="patch_size"):
+        tiny_vit("learned")(torch.randn(1, 1, 9, 8))
+    with pytest.raises(ValueError, match="patch_size"):
+        V.build_vit("learned", image_size=10, patch_size=4, num_classes=10)
+    with pytest.raises(ValueError, match="images"):
+        tiny_vit("none")(torch.randn(1, 8, 8))
+
+
+# -- the 2-D schemes ------------------------------------------------------------------------------
+def test_sincos2d_is_the_1d_table_per_axis_and_zero_for_cls():
+    model = tiny_vit("sincos2d", d_model=16)
+    ctx = V.GridContext(torch.arange(1 + 12), causal=False, has_cls=True, grid=(3, 4))
+    out = model.scheme.embed(torch.zeros(1, 13, 16), ctx)[0]         # (13, 16)
+    assert out[0].abs().max() == 0
+    expect = torch.cat([sinusoidal_table(3, 8).repeat_interleave(4, 0), sinusoidal_table(4, 8).repeat(3, 1)], -1)
+    torch.testing.assert_close(out[1:], expect)
+    with pytest.raises(ValueError, match="d_model"):
+        tiny_vit("sincos2d", d_model=18, n_heads=2)
+
+
+def test_ref_grid_coordinates_are_the_identity_on_the_training_grid():
+    r, c = V.grid_coords((4, 5))
+    r2, c2 = V.grid_coords((4, 5), ref_grid=(4, 5))
+    torch.testing.assert_close((r, c), (r2, c2))
+    r3, _ = V.grid_coords((8, 5), ref_grid=(4, 5))
+    torch.testing.assert_close(r3[::5], torch.tensor([-0.25, 0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.25]))
+
+
+def test_axial_rope_scores_depend_only_on_the_2d_offset():
+    """<R(r_m, c_m) q, R(r_n, c_n) k> is unchanged when every (r, c) moves by the same offset."""
+    q, k = torch.randn(2, 3, 12, 16), torch.randn(2, 3, 12, 16)
+    r, c = V.grid_coords((3, 4))
+    scores = V.axial_rope(q, r, c) @ V.axial_rope(k, r, c).transpose(-1, -2)
+    moved = V.axial_rope(q, r + 5, c - 2.5) @ V.axial_rope(k, r + 5, c - 2.5).transpose(-1, -2)
+    torch.testing.assert_close(moved, scores, rtol=1e-4, atol=1e-4)
+    swapped = V.axial_rope(q, c, r) @ V.axial_rope(k, c, r).transpose(-1, -2)   # rows and columns differ
+    assert not torch.allclose(swapped, scores, atol=1e-3)
+
+
+def test_axial_rope_equals_rotary_embedding_torch_axial_freqs():
+    rotary = pytest.importorskip("rotary_embedding_torch")
+    h, w, d = 3, 5, 16
+    rot = rotary.RotaryEmbedding(dim=d // 2, theta=100)             # per axis: d/2 dims, interleaved pairs
+    freqs = rot.get_axial_freqs(h, w)                               # (h, w, d)
+    x = torch.randn(2, h, w, d)
+    ref = rotary.apply_rotary_emb(freqs, x).flatten(1, 2)           # (2, h*w, d)
+    r, c = V.grid_coords((h, w))
+    torch.testing.assert_close(V.axial_rope(x.flatten(1, 2), r, c, base=100.0), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_rope2d_leaves_cls_unrotated_and_checks_head_dim():
+    model = tiny_vit("rope2d")
+    q, k = torch.randn(1, 2, 17, 16), torch.randn(1, 2, 17, 16)
+    ctx = V.GridContext(torch.arange(17), causal=False, has_cls=True, grid=(4, 4))
+    q2, k2 = model.scheme.transform_qk(q, k, ctx)
+    torch.testing.assert_close(q2[..., 0, :], q[..., 0, :])
+    torch.testing.assert_close(q2[..., 1, :], q[..., 1, :])        # patch (0, 0): angle 0
+    assert not torch.allclose(k2[..., 2:, :], k[..., 2:, :])
+    with pytest.raises(ValueError, match="head_dim"):
+        tiny_vit("rope2d", d_model=20, n_heads=2)
+    with pytest.raises(TypeError, match="GridContext"):
+        model.scheme.transform_qk(q, k, posenc.PositionContext(torch.arange(17), causal=False))
+
+
+# -- the ViT --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scheme", sorted(V.VISION_SCHEMES))
+@pytest.mark.parametrize("stem", ["patch", "cnn"])
+def test_every_vision_scheme_runs_forward_and_backward(scheme, stem):
+    model = tiny_vit(scheme, stem=stem).train()
+    logits = model(torch.randn(3, 1, 8, 8))
+    assert logits.shape == (3, 10)
+    logits.logsumexp(-1).mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    maps = model.attention_maps(torch.randn(2, 1, 8, 8))
+    assert len(maps) == 2 and maps[0].shape == (2, 2, 17, 17)
+
+
+def test_fixed_schemes_serve_any_resolution_the_learned_table_must_be_resized():
+    images = torch.randn(2, 1, 12, 12)                               # a 6 x 6 grid instead of 4 x 4
+    for scheme in ("none", "sincos2d", "rope2d"):
+        assert tiny_vit(scheme)(images).shape == (2, 10)
+    model = tiny_vit("learned")
+    with pytest.raises(ValueError, match="resize_"):
+        model(images)
+    old = model.scheme.table.detach().clone()
+    model.scheme.resize_((6, 6), mode="interpolate")
+    assert model(images).shape == (2, 10)
+    torch.testing.assert_close(model.scheme.table[0], old[0])          # [CLS] row kept
+    model.scheme.resize_((4, 4), mode="extend")                          # back to 17 rows: first rows kept
+    assert model.scheme.table.shape == (17, 32)
+    with pytest.raises(ValueError, match="mode"):
+        model.scheme.resize_((6, 6), mode="crop")
+
+
+def test_sincos2d_with_ref_grid_is_unchanged_at_the_training_grid():
+    model = tiny_vit("sincos2d")
+    images = torch.randn(2, 1, 8, 8)
+    torch.testing.assert_close(model(images, ref_grid=(4, 4)), model(images))
+
+
+def test_bidirectional_vit_without_positions_ignores_patch_order():
+    """No position: shuffling the patches (with a 1x1-patch model) leaves the [CLS] output unchanged."""
+    model = tiny_vit("none", patch_size=1, image_size=4)
+    images = torch.randn(2, 1, 4, 4)
+    perm = torch.randperm(16)
+    shuffled = images.flatten(2)[..., perm].view(2, 1, 4, 4)
+    torch.testing.assert_close(model(shuffled), model(images), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(tiny_vit("learned", patch_size=1, image_size=4)(shuffled),
+                              tiny_vit("learned", patch_size=1, image_size=4)(images), atol=1e-4)
+
+
+def test_unknown_vision_scheme_and_stem():
+    with pytest.raises(ValueError, match="known"):
+        V.build_vit("alibi", image_size=8, patch_size=2, num_classes=10)
+    with pytest.raises(ValueError, match="stem"):
+        tiny_vit("none", stem="resnet")
+
+
+# -- data and training ------------------------------------------------------------------------------
+def test_digits_task_shapes_split_and_determinism():
+    task = V.DigitsTask(16)
+    assert task.train_x.shape[1:] == (1, 16, 16) and len(task.test_y) + len(task.train_y) == 1797
+    assert abs(float(task.train_x.mean())) < 1e-4 and abs(float(task.train_x.std()) - 1) < 1e-3
+    a = task.train_batch(8, torch.Generator().manual_seed(3))
+    b = task.train_batch(8, torch.Generator().manual_seed(3))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    with pytest.raises(ValueError, match="image_size"):
+        V.DigitsTask(4)
+
+
+def test_a_small_vit_learns_digits():
+    torch.manual_seed(0)
+    task = V.DigitsTask(8)
+    model = V.build_vit("sincos2d", image_size=8, patch_size=2, num_classes=10, d_model=32, n_heads=2, n_layers=1)
+    cfg = posenc.TrainConfig(steps=150, batch_size=64, lr=3e-3, warmup=20, progress=False)
+    posenc.train(model, task, cfg, loss_fn=V.classification_loss)
+    assert task.accuracy(model) > 0.3                                # chance is 0.1
+
+
+def test_patch_similarity_grid_plot_and_bad_grid():
+    import matplotlib.pyplot as plt
+    ax = posenc.plots.patch_similarity_grid(torch.randn(12, 8), (3, 4), title="t")
+    image = ax.images[0].get_array()
+    assert image.shape == (3 * 4 - 1, 4 * 5 - 1)                  # h*(h+1)-1 by w*(w+1)-1 tiles with gaps
+    assert abs(float(image[0, 0]) - 1) < 1e-5                      # patch (0, 0) with itself
+    plt.close("all")
+    with pytest.raises(ValueError, match="grid"):
+        posenc.plots.patch_similarity_grid(torch.randn(12, 8), (4, 4))
