@@ -28,10 +28,7 @@ from .registry import register
 from .relative import key_positions
 from .scheme import PositionContext, Scheme
 
-try:  # contract: `posenc.bias.alibi_slopes`; ALiBi itself lives in `posenc.alibi` (another chapter)
-    from .alibi import alibi_slopes  # noqa: F401
-except ImportError:  # pragma: no cover - only while that module is absent
-    pass
+from .alibi import alibi_slopes  # noqa: F401  (contract: `posenc.bias.alibi_slopes`; ALiBi lives in posenc.alibi)
 
 
 def t5_bucket(relative_position: Tensor, bidirectional: bool = True, num_buckets: int = 32,

@@ -57,5 +57,7 @@ def test_bad_head_count(bad):
         alibi_slopes(bad)
 
 
-def test_registered():
+def test_registered_and_exported_where_the_contract_says():
+    import posenc.bias
     assert posenc.SCHEMES["alibi"].__name__ == "ALiBi"
+    assert posenc.bias.alibi_slopes is alibi_slopes
