@@ -11,27 +11,19 @@ sinusoidal table. Timings vary by machine: they are never asserted in tests.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
 from posenc.absolute import sinusoidal_table
+from posenc.bench.timing import CLOCKS, interleaved_times
 from posenc.floater import Floater
 
-
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-clock = CLOCKS["wall"]
+clock = "wall"
 
 
 def best_time(fn, repeats: int) -> float:
     """Seconds of the fastest of `repeats` calls (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-    return min(times)
+    return min(interleaved_times({"fn": fn}, rounds=repeats, clock=clock)["fn"])
 
 
 def measure(n: int, dim: int, layers: int, repeats: int, backward: bool = True) -> dict:
@@ -66,7 +58,7 @@ def main(argv=None) -> None:
                         help="wall time, or this process's CPU time (steadier on a shared machine; use 1 thread)")
     args = parser.parse_args(argv)
     global clock
-    clock = CLOCKS[args.clock]
+    clock = args.clock
     rows = [measure(n, args.dim, args.layers, args.repeats, args.backward) for n in args.lengths]
     print(f"d_model={args.dim}, layers={args.layers}, torch threads={torch.get_num_threads()}, "
           f"best of {args.repeats}, {args.clock} clock")

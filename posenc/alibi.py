@@ -46,9 +46,9 @@ def alibi_bias(positions: Tensor, slopes: Tensor) -> Tensor:
     In a causal model only j <= i is ever used, where this equals m_h (j - i), the
     paper's form; the symmetric |j - i| extends it to bidirectional attention.
     """
-    pos = positions.to(torch.float64)
-    rel = pos[None, :] - pos[:, None]                                               # (T, T): j - i
-    return (-slopes.to(torch.float64)[:, None, None] * rel.abs()).float()          # (H, T, T)
+    pos = positions if not positions.is_floating_point() else positions.to(torch.float64)
+    dist = (pos[None, :] - pos[:, None]).abs().float()                             # (T, T): |j - i|, exact < 2^24
+    return dist * -slopes.float()[:, None, None]                                   # (H, T, T)
 
 
 @register("alibi")
@@ -58,6 +58,16 @@ class ALiBi(Scheme):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.register_buffer("slopes", alibi_slopes(self.n_heads).float(), persistent=False)
+        self._last: tuple | None = None       # (n, device, bias) of the last run of consecutive positions
 
     def logit_bias(self, ctx: PositionContext) -> Tensor:
-        return alibi_bias(ctx.positions, self.slopes)                       # (H, T, T)
+        """-m_h |j - i| (H, T, T); for consecutive integer positions (any offset) the bias
+        depends on T only and the last one is reused, as long as it was built with autograd on."""
+        pos, n = ctx.positions, ctx.seq_len
+        consecutive = not pos.is_floating_point() and torch.equal(pos - pos[0], torch.arange(n, device=pos.device))
+        if consecutive and self._last is not None and self._last[:2] == (n, pos.device):
+            return self._last[2]
+        bias = alibi_bias(pos, self.slopes)
+        if consecutive and not torch.is_inference_mode_enabled():
+            self._last = (n, pos.device, bias)
+        return bias

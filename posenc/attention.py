@@ -72,4 +72,9 @@ def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:
 
 
 def _cast(mask: Tensor | None, like: Tensor) -> Tensor | None:
-    return None if mask is None else mask.to(like.dtype)
+    """The mask in q's dtype and 4-D: PyTorch's CPU SDPA takes its fused (flash) kernel only
+    for a 4-D float mask; a 3-D one silently falls back to the math path, which keeps the
+    [B, H, T, T] weights for backward."""
+    if mask is None:
+        return None
+    return mask.to(like.dtype).reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))

@@ -6,10 +6,10 @@ measured in one process, interleaved round by round, never asserted in tests.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
+from .bench.timing import interleaved_times
 from .registry import build_model
 from .relative import clipped_relative_positions, gather_relative, spread_relative
 from .table import Table
@@ -31,21 +31,21 @@ def step_time_ratios(schemes, *, vocab_size: int = 64, seq_len: int = 128, batch
     for name in schemes:
         torch.manual_seed(0)
         model = build_model(name, vocab_size, causal=causal, max_len=seq_len, **(model_kwargs or {})).to(device).train()
-        runs[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4), [])
-    for r in range(rounds + 1):                                                # round 0 warms up
-        for name, (model, opt, times) in runs.items():
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                opt.zero_grad(set_to_none=True)
-                lm_loss(model(x), y).backward()
-                opt.step()
-            if device != "cpu":
-                torch.cuda.synchronize()
-            if r:
-                times.append((time.perf_counter() - t0) / steps)
-    base = statistics.median(runs["nope"][2])
-    return Table({"scheme": n, "ms_per_step": 1000 * statistics.median(t), "vs_nope": statistics.median(t) / base}
-                 for n, (_, _, t) in runs.items())
+        runs[name] = train_steps(model, x, y, steps)
+    times = {n: statistics.median(t) / steps for n, t in interleaved_times(runs, rounds=rounds, device=device).items()}
+    return Table({"scheme": n, "ms_per_step": 1000 * t, "vs_nope": t / times["nope"]} for n, t in times.items())
+
+
+def train_steps(model, x, y, steps: int = 1):
+    """A callable doing `steps` training steps (forward, LM loss, backward, AdamW) on one batch."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def run():
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            lm_loss(model(x), y).backward()
+            opt.step()
+    return run
 
 
 def shaw_terms_naive(q, probs, table_k, table_v, ids):

@@ -51,6 +51,31 @@ def test_alibi_keeps_attention_fused_and_needs_no_table():
     assert sum(p.numel() for p in model.scheme.parameters()) == 0
 
 
+def test_alibi_stays_on_the_fused_kernel_no_weights_kept_for_backward():
+    """The math fallback of SDPA would keep [B, H, T, T] weights per layer (4 MiB here); fused keeps none."""
+    from posenc.costs import saved_bytes
+    from posenc.train import lm_loss
+    x, y = torch.randint(0, 23, (8, 128)), torch.randint(0, 23, (8, 128))
+    kept = {}
+    for name in ("nope", "alibi"):
+        torch.manual_seed(0)
+        model = posenc.build_model(name, 23, causal=True, max_len=128, d_model=32, n_heads=4, n_layers=2)
+        kept[name] = saved_bytes(lambda: lm_loss(model(x), y))
+    weights = 2 * 8 * 4 * 128 * 128 * 4                                 # layers * B * H * T * T * float32
+    assert kept["alibi"] - kept["nope"] < weights / 4
+
+
+def test_reused_bias_matches_a_fresh_one_at_any_offset_and_length():
+    from posenc.scheme import PositionContext
+    scheme = small_model("alibi", True).scheme
+    for n, offset in ((12, 0), (12, 700), (5, 3), (12, 0)):
+        pos = torch.arange(n) + offset
+        got = scheme.logit_bias(PositionContext(pos, True))
+        torch.testing.assert_close(got, alibi_bias(pos, scheme.slopes), rtol=0, atol=0)
+    gappy = torch.arange(12) * 2                                         # not consecutive: never served from the cache
+    torch.testing.assert_close(scheme.logit_bias(PositionContext(gappy, True)), alibi_bias(gappy, scheme.slopes))
+
+
 @pytest.mark.parametrize("bad", [0, -2, 2.5, "4"])
 def test_bad_head_count(bad):
     with pytest.raises(ValueError, match="num_heads must be a positive int"):

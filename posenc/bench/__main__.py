@@ -1,0 +1,82 @@
+"""python -m posenc.bench: the cost table of every scheme and the kernel benchmarks, in one process.
+
+    python -m posenc.bench                                   # all sections, CUDA if present
+    python -m posenc.bench --only schemes xt --threads 2
+    python -m posenc.bench --save results/15_bench_cpu.json  # what the comparison chapter shows
+
+Sections: schemes (every registered scheme / NoPE: train step, eval tokens/s,
+activation memory), xt (our model / x-transformers' at the same sizes and scheme),
+rope (apply_rope forward+backward / references and a memory-bound floor), bias (T5 and
+ALiBi bias construction / references), memory (DeBERTa gather vs naive peak, Shaw
+gather vs naive saved activations). Ratios are the result; absolute times depend on
+the machine named in the first line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from ..costs import shaw_memory_table
+from .kernels import bias_times, rope_times
+from .memory import deberta_memory
+from .schemes import scheme_costs, xtransformers_costs
+from .timing import machine
+
+SECTIONS = ("schemes", "xt", "rope", "bias", "memory")
+
+
+def run_sections(only, device: str, seq_len: int, rounds: int) -> dict:
+    """{section title: Table} for the requested sections, printing each as it is done."""
+    sizes = dict(seq_len=seq_len, d_model=128, n_heads=4, n_layers=2, batch_size=16, rounds=rounds, device=device)
+    jobs = {
+        "schemes": (f"cost per scheme / NoPE (d=128, 2 layers, 4 heads, batch 16, seq {seq_len}, median of {rounds})",
+                    lambda: scheme_costs(**sizes)),
+        "xt": (f"our step time / x-transformers' (same sizes and scheme, median of {rounds})",
+               lambda: xtransformers_costs(**sizes)),
+        "rope": ("apply_rope forward+backward, q and k [8, 8, 512, 64] float32, best of 30 (CPU time)",
+                 lambda: rope_times()),
+        "bias": ("building a [8, 1024, 1024] bias, median of 20", lambda: bias_times()),
+        "memory": ("DeBERTa c2p+p2c peak, gather vs naive (1 head, d_h 64, k 256); Shaw saved bytes",
+                   lambda: {"deberta": deberta_memory(device=device), "shaw": shaw_memory_table([128, 256, 512, 1024])}),
+    }
+    out = {}
+    for name in only:
+        title, job = jobs[name]
+        if name in ("rope", "bias") and device != "cpu":
+            print(f"\n== {name}: skipped (a CPU benchmark)")
+            continue
+        print(f"\n== {title}", flush=True)
+        result = job()
+        for sub, table in (result.items() if isinstance(result, dict) else [(None, result)]):
+            print(f"-- {sub}" if sub else "", table.round(3), sep="\n" if sub else "", flush=True)
+        out[name] = {"title": title, "rows": {k: list(v) for k, v in result.items()} if isinstance(result, dict)
+                     else list(result)}
+    return out
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--save", type=Path, default=None, help="write every table and the machine line as JSON")
+    a = p.parse_args(argv)
+    if a.threads is not None:
+        torch.set_num_threads(a.threads)
+    where = machine(a.device)
+    print(where)
+    out = {"machine": where, "sections": run_sections(a.only, a.device, a.seq_len, a.rounds)}
+    if a.save:
+        a.save.parent.mkdir(parents=True, exist_ok=True)
+        a.save.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"\nsaved {a.save}")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""What each scheme costs a whole model, relative to NoPE and to x-transformers.
+
+Every model has the same sizes and sees the same batch; the schemes are timed in
+turns (`interleaved_times`) and each statistic is the median over rounds:
+
+* train: one step of forward, loss, backward and AdamW, in ms and / NoPE;
+* eval: forward tokens per second without autograd, and / NoPE;
+* memory: bytes autograd keeps for the backward pass of one training step (the
+  activations, counted storage by storage: deterministic and device-independent) and
+  / NoPE; on CUDA also the allocator's peak over the step.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from ..costs import saved_bytes, train_steps
+from ..registry import SCHEMES, build_model
+from ..scheme import Scheme
+from ..table import Table
+from ..train import lm_loss
+from .timing import interleaved_times
+
+#: The hooks that force attention off the fused kernel, or add a per-layer term to it.
+_CUSTOM_HOOKS = ("extra_logits", "extra_values", "custom_attention")
+
+#: Our scheme name -> (x-transformers Decoder kwargs, TransformerWrapper kwargs).
+XT_OPTIONS = {
+    "nope": ({}, {"use_abs_pos_emb": False}),
+    "learned": ({}, {"use_abs_pos_emb": True}),
+    "sinusoidal": ({}, {"scaled_sinu_pos_emb": True}),      # learnable scale, as ours
+    "rope": ({"rotary_pos_emb": True}, {"use_abs_pos_emb": False}),
+    "alibi": ({"alibi_pos_bias": True}, {"use_abs_pos_emb": False}),
+    "t5": ({"rel_pos_bias": True}, {"use_abs_pos_emb": False}),
+}
+
+
+def scheme_kind(name: str) -> str:
+    """"custom" (per-layer logits/values or own attention), "bias", "q/k" or "input": which hooks it overrides."""
+    cls = SCHEMES[name]
+    overrides = {h for h in ("embed", "layer_input", "transform_qk", "logit_bias", *_CUSTOM_HOOKS)
+                 if getattr(cls, h) is not getattr(Scheme, h)}
+    if overrides & set(_CUSTOM_HOOKS) or getattr(cls, "uses_extra_values", False) is True:
+        return "custom"
+    for hook, kind in (("logit_bias", "bias"), ("transform_qk", "q/k")):
+        if hook in overrides:
+            return kind
+    return "input"
+
+
+def _batch(vocab_size, batch_size, seq_len, device):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, vocab_size, (batch_size, seq_len), generator=g).to(device) for _ in range(2)]
+
+
+def _eval_forward(model, x):
+    def forward():
+        with torch.inference_mode():
+            model(x)
+    return forward
+
+
+def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batch_size: int = 16, d_model: int = 128,
+                 n_heads: int = 4, n_layers: int = 2, rounds: int = 5, device: str = "cpu") -> Table:
+    """One row per scheme (NoPE first): kind, params, train ms and / NoPE, eval tok/s and / NoPE, activation MiB and / NoPE."""
+    schemes = ["nope"] + [s for s in (schemes or sorted(SCHEMES)) if s != "nope"]
+    x, y = _batch(vocab_size, batch_size, seq_len, device)
+    models = {}
+    for name in schemes:
+        torch.manual_seed(0)
+        models[name] = build_model(name, vocab_size, causal=True, max_len=seq_len, d_model=d_model,
+                                   n_heads=n_heads, n_layers=n_layers).to(device)
+    train = interleaved_times({n: train_steps(m.train(), x, y) for n, m in models.items()}, rounds=rounds, device=device)
+    evals = interleaved_times({n: _eval_forward(m, x) for n, m in models.items()}, rounds=rounds, device=device)
+    rows = Table()
+    for name, model in models.items():
+        model.train()
+        act = saved_bytes(lambda: lm_loss(model(x), y))
+        row = {"scheme": name, "kind": scheme_kind(name), "params": sum(p.numel() for p in model.parameters()),
+               "train_ms": 1e3 * statistics.median(train[name]),
+               "eval_tok_s": batch_size * seq_len / statistics.median(evals[name]), "act_MiB": act / 2 ** 20}
+        if torch.device(device).type == "cuda":
+            row["peak_MiB"] = _cuda_peak(train_steps(model, x, y), device) / 2 ** 20
+        rows.append(row)
+    base = rows[0]
+    for row in rows:
+        row["train/nope"] = row["train_ms"] / base["train_ms"]
+        row["eval/nope"] = row["eval_tok_s"] / base["eval_tok_s"]
+        row["act/nope"] = row["act_MiB"] / base["act_MiB"]
+        if "peak_MiB" in row:
+            row["peak/nope"] = row["peak_MiB"] / base["peak_MiB"]
+    return rows
+
+
+def _cuda_peak(step, device) -> int:
+    step()                                                     # optimizer state exists before the measured step
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    step()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - base
+
+
+def xtransformers_model(name: str, vocab_size: int, *, seq_len: int, d_model: int, n_heads: int, n_layers: int,
+                        flash: bool = False):
+    """x-transformers' decoder with the positional option matching our scheme `name` (see XT_OPTIONS)."""
+    from x_transformers import Decoder, TransformerWrapper
+    if name not in XT_OPTIONS:
+        raise ValueError(f"name must be one of {sorted(XT_OPTIONS)} (schemes x-transformers has); got {name!r}")
+    layer_kw, wrap_kw = XT_OPTIONS[name]
+    layers = Decoder(dim=d_model, depth=n_layers, heads=n_heads, attn_dim_head=d_model // n_heads,
+                     attn_flash=flash, **layer_kw)
+    return TransformerWrapper(num_tokens=vocab_size, max_seq_len=seq_len, attn_layers=layers, **wrap_kw)
+
+
+def xtransformers_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batch_size: int = 16,
+                        d_model: int = 128, n_heads: int = 4, n_layers: int = 2, rounds: int = 5,
+                        device: str = "cpu") -> Table:
+    """Training-step time of our model / x-transformers' (default attention, and flash where it allows the scheme).
+
+    Also each library's own scheme/NoPE step ratio, the form of ALiBi's Table 1.
+    """
+    import logging
+    logging.getLogger("x_transformers").setLevel(logging.ERROR)
+    schemes = ["nope"] + [s for s in (schemes or XT_OPTIONS) if s in XT_OPTIONS and s != "nope"]
+    sizes = dict(seq_len=seq_len, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+    x, y = _batch(vocab_size, batch_size, seq_len, device)
+    fns = {}
+    for name in schemes:
+        torch.manual_seed(0)
+        ours = build_model(name, vocab_size, causal=True, max_len=seq_len, d_model=d_model, n_heads=n_heads,
+                           n_layers=n_layers).to(device).train()
+        fns[("ours", name)] = train_steps(ours, x, y)
+        fns[("xt", name)] = train_steps(xtransformers_model(name, vocab_size, **sizes).to(device).train(), x, y)
+        if name != "t5":                                        # x-transformers: flash is incompatible with T5 bias
+            fns[("xt flash", name)] = train_steps(
+                xtransformers_model(name, vocab_size, flash=True, **sizes).to(device).train(), x, y)
+    times = {k: statistics.median(v) for k, v in interleaved_times(fns, rounds=rounds, device=device).items()}
+    rows = Table()
+    for name in schemes:
+        flash = times.get(("xt flash", name))
+        rows.append({"scheme": name, "ours_ms": 1e3 * times[("ours", name)], "xt_ms": 1e3 * times[("xt", name)],
+                     "ours/xt": times[("ours", name)] / times[("xt", name)],
+                     "ours/xt_flash": None if flash is None else times[("ours", name)] / flash,
+                     "ours: /nope": times[("ours", name)] / times[("ours", "nope")],
+                     "xt: /nope": times[("xt", name)] / times[("xt", "nope")]})
+    return rows

@@ -1,0 +1,47 @@
+"""The benchmark machinery (never timings): turn order, scheme kinds, matched reference sizes."""
+import pytest
+import torch
+
+import posenc
+from posenc.bench import interleaved_times, machine
+from posenc.bench.schemes import XT_OPTIONS, scheme_costs, scheme_kind, xtransformers_model
+
+
+def test_interleaved_times_calls_in_turns_and_drops_warmup():
+    calls = []
+    times = interleaved_times({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, warmup=2)
+    assert calls == ["a", "b"] * 5
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+
+
+@pytest.mark.parametrize("kw, match", [({"clock": "gpu"}, "clock must be"), ({"rounds": 0}, "rounds must be")])
+def test_interleaved_times_rejects_bad_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        interleaved_times({"a": lambda: None}, **kw)
+
+
+def test_scheme_kinds_follow_the_hooks_each_scheme_overrides():
+    kinds = {name: scheme_kind(name) for name in posenc.SCHEMES}
+    assert kinds["alibi"] == kinds["t5"] == "bias"
+    assert kinds["rope"] == "q/k"
+    assert kinds["shaw"] == kinds["xl"] == kinds["deberta"] == "custom"
+    assert kinds["nope"] == kinds["learned"] == kinds["sinusoidal"] == "input"
+
+
+@pytest.mark.parametrize("name", sorted(XT_OPTIONS))
+def test_x_transformers_reference_has_our_sizes(name):
+    """Same width, depth, heads and scheme: parameter counts agree to 2% (x-transformers adds a final norm)."""
+    ours = posenc.build_model(name, 64, causal=True, max_len=256, d_model=128, n_heads=4, n_layers=2)
+    ref = xtransformers_model(name, 64, seq_len=256, d_model=128, n_heads=4, n_layers=2)
+    n_ours, n_ref = (sum(p.numel() for p in m.parameters()) for m in (ours, ref))
+    assert abs(n_ours - n_ref) / n_ref < 0.02
+    assert ref(torch.randint(0, 64, (1, 16))).shape == ours(torch.randint(0, 64, (1, 16))).shape
+
+
+def test_scheme_costs_rows_are_relative_to_nope():
+    rows = scheme_costs(["alibi", "shaw"], seq_len=16, batch_size=2, d_model=16, n_layers=1, rounds=1)
+    assert rows.column("scheme") == ["nope", "alibi", "shaw"]
+    assert rows[0]["train/nope"] == rows[0]["eval/nope"] == rows[0]["act/nope"] == 1
+    shaw = rows.where(scheme="shaw")[0]
+    assert shaw["act/nope"] > 1                                 # Shaw keeps its attention weights for backward
+    assert "cpu" in machine("cpu") and torch.__version__ in machine("cpu")
