@@ -8,7 +8,7 @@ from . import plots, tasks
 from .attention import Attention
 from .evaluate import length_table, run
 from .model import Transformer
-from .profiles import load_results, resolve, save_results
+from .profiles import load_claims, load_results, resolve, save_claim, save_results
 from .registry import SCHEMES, build_model, get_scheme, register
 from .scheme import PositionContext, Scheme
 from .table import Table
@@ -23,5 +23,5 @@ from . import vision  # noqa: F401
 
 __all__ = ["plots", "tasks", "SCHEMES", "build_model", "get_scheme", "register", "Scheme", "PositionContext", "Attention",
            "Transformer", "TrainConfig", "train", "run", "length_table", "Table", "resolve",
-           "save_results", "load_results"]
+           "save_results", "load_results", "save_claim", "load_claims"]
 __version__ = "0.1.0"

@@ -138,3 +138,17 @@ def summarize(rows: Table, by: str, metrics=("mlm", "cls_acc")) -> Table:
             row[f"{m}_spread"] = max(vals) - min(vals)
         out.append(row)
     return out
+
+
+def seed_gap(rows: Table, a: str, b: str, metric: str = "mlm", by: str = "model") -> dict:
+    """Mean of `metric` for b minus a over seeds, the larger of the two seed ranges, and a verdict.
+
+    real: True when |gap| exceeds the spread (a difference the seeds agree on), False when
+    it does not, None with a single seed (no spread to compare with).
+    """
+    va, vb = rows.where(**{by: a}).column(metric), rows.where(**{by: b}).column(metric)
+    if not va or not vb:
+        raise ValueError(f"no rows with {by}={a!r} and {by}={b!r}")
+    gap = sum(vb) / len(vb) - sum(va) / len(va)
+    spread = max(max(va) - min(va), max(vb) - min(vb))
+    return {"gap": gap, "spread": spread, "real": None if min(len(va), len(vb)) < 2 else abs(gap) > spread}

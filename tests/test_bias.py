@@ -91,3 +91,22 @@ def test_t5_serves_lengths_beyond_max_distance_and_bidirectional_default():
     causal, bidir = small_model("t5", causal=True), small_model("t5", causal=False)
     assert causal.scheme.bidirectional is False and bidir.scheme.bidirectional is True
     assert causal(torch.randint(0, 23, (1, 300))).shape == (1, 300, 23)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("n, offset", [(1, 0), (7, 3), (40, 1000)])
+def test_toeplitz_bias_of_consecutive_positions_equals_the_general_gather(causal, n, offset):
+    """Consecutive positions take the (2n-1)-distance path; float positions the (n, n) bucket gather."""
+    from posenc.scheme import PositionContext
+    scheme = posenc.SCHEMES["t5"](d_model=32, n_heads=4, n_layers=1, max_len=64, causal=causal)
+    torch.nn.init.normal_(scheme.bias.weight)
+    out, grads = [], []
+    for pos in (torch.arange(n) + offset, (torch.arange(n) + offset).float()):
+        ctx = PositionContext(pos, causal)
+        ctx.tables = scheme.prepare(ctx)
+        b = scheme.logit_bias(ctx)
+        w = torch.randn(b.shape, generator=torch.Generator().manual_seed(0))
+        out.append(b)
+        grads.append(torch.autograd.grad((b * w).sum(), scheme.bias.weight)[0])
+    assert torch.equal(out[0], out[1])
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-4)   # float32 sums in another order

@@ -191,3 +191,28 @@ def test_corpus_path(tmp_path):
 def test_unknown_characters_map_to_unk():
     c = CharCorpus("abc\fabd\fab", valid_every=2)
     assert c.encode("z").tolist() == [0]
+
+
+def test_unigram_entropy_is_the_context_free_loss():
+    from posenc.tasks import CharCorpus
+    corpus = CharCorpus.stdlib(train_length=16)
+    ids = corpus.valid_ids
+    p = torch.bincount(ids).double() / len(ids)
+    uniform_loss = -(p[ids].log()).mean().item()                 # a model predicting the frequencies
+    assert abs(corpus.unigram_entropy() - uniform_loss) < 1e-9
+    assert 0 < corpus.unigram_entropy("train") < math.log(corpus.vocab_size)
+    with pytest.raises(ValueError, match="split must be"):
+        corpus.unigram_entropy("test")
+
+
+def test_seed_gap_calls_a_difference_real_only_beyond_the_seed_spread():
+    from posenc import Table
+    from posenc.pretraining import seed_gap
+    rows = Table([{"model": m, "mlm": v} for m, vals in {"a": [3.0, 3.1], "b": [2.5, 2.6], "c": [2.9, 3.3]}.items()
+                  for v in vals])
+    ab = seed_gap(rows, "a", "b")
+    assert abs(ab["gap"] + 0.5) < 1e-9 and abs(ab["spread"] - 0.1) < 1e-9 and ab["real"] is True
+    assert seed_gap(rows, "a", "c")["real"] is False
+    assert seed_gap(Table([{"model": "a", "mlm": 1.0}, {"model": "b", "mlm": 2.0}]), "a", "b")["real"] is None
+    with pytest.raises(ValueError, match="no rows"):
+        seed_gap(rows, "a", "zzz")

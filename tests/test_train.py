@@ -139,3 +139,17 @@ def test_a_causal_model_learns_the_shipped_corpus():
     unigram_bits = -(freq * freq.log2()).sum().item()   # what character frequencies alone give
     assert before > 6.0                                 # log2(99) = 6.6 bits: chance at init
     assert after < unigram_bits - 0.2                   # the model uses context
+
+
+def test_claims_are_recorded_per_chapter_and_read_back(tmp_path):
+    posenc.save_claim("05_shaw", "ci", "k >= 2 suffices", "k=2: 0.99", True, results_dir=tmp_path)
+    posenc.save_claim("05_shaw", "ci", "k >= 2 suffices", "k=2: 0.98", True, results_dir=tmp_path)  # replaces
+    posenc.save_claim("02_sinusoidal", "ci", "sinusoidal extrapolates", "8x: +20%", False, "why", results_dir=tmp_path)
+    rows = posenc.load_claims("ci", results_dir=tmp_path)
+    assert [(r["chapter"], r["measured"], r["verdict"]) for r in rows] == [
+        ("02_sinusoidal", "8x: +20%", "not reproduced"), ("05_shaw", "k=2: 0.98", "reproduced")]
+    assert posenc.load_claims("full", results_dir=tmp_path) == []
+    with pytest.raises(ValueError, match="profile must be"):
+        posenc.save_claim("x", "auto", "c", "m", True, results_dir=tmp_path)
+    with pytest.raises(ValueError, match="holds must be"):
+        posenc.save_claim("x", "ci", "c", "m", "yes", results_dir=tmp_path)

@@ -28,15 +28,17 @@ from .timing import machine
 SECTIONS = ("schemes", "xt", "rope", "bias", "memory")
 
 
-def run_sections(only, device: str, seq_len: int, rounds: int) -> dict:
+def run_sections(only, device: str, seq_len: int, rounds: int, clock: str) -> dict:
     """{section title: Table} for the requested sections, printing each as it is done."""
-    sizes = dict(seq_len=seq_len, d_model=128, n_heads=4, n_layers=2, batch_size=16, rounds=rounds, device=device)
+    sizes = dict(seq_len=seq_len, d_model=128, n_heads=4, n_layers=2, batch_size=16, rounds=rounds, device=device,
+                 clock=clock)
+    how = f"median of {rounds}, {clock} time"
     jobs = {
-        "schemes": (f"cost per scheme / NoPE (d=128, 2 layers, 4 heads, batch 16, seq {seq_len}, median of {rounds})",
+        "schemes": (f"cost per scheme / NoPE (d=128, 2 layers, 4 heads, batch 16, seq {seq_len}, {how})",
                     lambda: scheme_costs(**sizes)),
-        "xt": (f"our step time / x-transformers' (same sizes and scheme, median of {rounds})",
+        "xt": (f"our step time / x-transformers' (same sizes and scheme, {how})",
                lambda: xtransformers_costs(**sizes)),
-        "rope": ("apply_rope forward+backward, q and k [8, 8, 512, 64] float32, best of 30 (CPU time)",
+        "rope": ("apply_rope forward+backward, q and k [8, 8, 512, 64] float32, one thread, best of 30 (CPU time)",
                  lambda: rope_times()),
         "bias": ("building a [8, 1024, 1024] bias, median of 20", lambda: bias_times()),
         "memory": ("DeBERTa c2p+p2c peak, gather vs naive (1 head, d_h 64, k 256); Shaw saved bytes",
@@ -61,16 +63,23 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: 1 on CPU, where the CPU-time clock is steadiest on a shared machine)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default=None,
+                   help="default: cpu (this process's CPU time) with one CPU thread, else wall")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--save", type=Path, default=None, help="write every table and the machine line as JSON")
     a = p.parse_args(argv)
+    if a.threads is None and a.device == "cpu":
+        a.threads = 1
     if a.threads is not None:
         torch.set_num_threads(a.threads)
+    if a.clock is None:
+        a.clock = "cpu" if a.device == "cpu" and torch.get_num_threads() == 1 else "wall"
     where = machine(a.device)
     print(where)
-    out = {"machine": where, "sections": run_sections(a.only, a.device, a.seq_len, a.rounds)}
+    out = {"machine": where, "sections": run_sections(a.only, a.device, a.seq_len, a.rounds, a.clock)}
     if a.save:
         a.save.parent.mkdir(parents=True, exist_ok=True)
         a.save.write_text(json.dumps(out, indent=1) + "\n")

@@ -42,7 +42,19 @@ def rope_candidates(seq: int, dim: int) -> dict:
 
 
 def rope_times(shape=(8, 8, 512, 64), *, repeats: int = 30, clock: str = "cpu") -> Table:
-    """Best (minimum) ms of forward + backward of each candidate on q, k of `shape`, with ratios."""
+    """Best (minimum) ms of forward + backward of each candidate on q, k of `shape`, with ratios.
+
+    Runs on one thread (restored after), so that the CPU-time clock equals the work done.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _rope_times(shape, repeats, clock)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _rope_times(shape, repeats, clock):
     q, k = (torch.randn(shape, requires_grad=True) for _ in range(2))
     gq, gk = torch.randn(shape), torch.randn(shape)
 

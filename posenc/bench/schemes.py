@@ -62,7 +62,7 @@ def _eval_forward(model, x):
 
 
 def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batch_size: int = 16, d_model: int = 128,
-                 n_heads: int = 4, n_layers: int = 2, rounds: int = 5, device: str = "cpu") -> Table:
+                 n_heads: int = 4, n_layers: int = 2, rounds: int = 5, device: str = "cpu", clock: str = "wall") -> Table:
     """One row per scheme (NoPE first): kind, params, train ms and / NoPE, eval tok/s and / NoPE, activation MiB and / NoPE."""
     schemes = ["nope"] + [s for s in (schemes or sorted(SCHEMES)) if s != "nope"]
     x, y = _batch(vocab_size, batch_size, seq_len, device)
@@ -71,8 +71,10 @@ def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batc
         torch.manual_seed(0)
         models[name] = build_model(name, vocab_size, causal=True, max_len=seq_len, d_model=d_model,
                                    n_heads=n_heads, n_layers=n_layers).to(device)
-    train = interleaved_times({n: train_steps(m.train(), x, y) for n, m in models.items()}, rounds=rounds, device=device)
-    evals = interleaved_times({n: _eval_forward(m, x) for n, m in models.items()}, rounds=rounds, device=device)
+    train = interleaved_times({n: train_steps(m.train(), x, y) for n, m in models.items()}, rounds=rounds, device=device,
+                              clock=clock)
+    evals = interleaved_times({n: _eval_forward(m, x) for n, m in models.items()}, rounds=rounds, device=device,
+                              clock=clock)
     rows = Table()
     for name, model in models.items():
         model.train()
@@ -117,7 +119,7 @@ def xtransformers_model(name: str, vocab_size: int, *, seq_len: int, d_model: in
 
 def xtransformers_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batch_size: int = 16,
                         d_model: int = 128, n_heads: int = 4, n_layers: int = 2, rounds: int = 5,
-                        device: str = "cpu") -> Table:
+                        device: str = "cpu", clock: str = "wall") -> Table:
     """Training-step time of our model / x-transformers' (default attention, and flash where it allows the scheme).
 
     Also each library's own scheme/NoPE step ratio, the form of ALiBi's Table 1.
@@ -137,7 +139,8 @@ def xtransformers_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 25
         if name != "t5":                                        # x-transformers: flash is incompatible with T5 bias
             fns[("xt flash", name)] = train_steps(
                 xtransformers_model(name, vocab_size, flash=True, **sizes).to(device).train(), x, y)
-    times = {k: statistics.median(v) for k, v in interleaved_times(fns, rounds=rounds, device=device).items()}
+    times = {k: statistics.median(v) for k, v in interleaved_times(fns, rounds=rounds, device=device,
+                                                                                  clock=clock).items()}
     rows = Table()
     for name in schemes:
         flash = times.get(("xt flash", name))

@@ -96,6 +96,16 @@ class CharCorpus:
     def vocab_size(self) -> int:
         return len(SPECIALS) + len(self.chars)
 
+    def unigram_entropy(self, split: str = "valid") -> float:
+        """H = -sum_c p(c) ln p(c) in nats, p the character frequencies of `split`: the loss of a
+        model that ignores context (the plateau a masked-character model starts on)."""
+        ids = {"train": self.train_ids, "valid": self.valid_ids}.get(split)
+        if ids is None:
+            raise ValueError(f"split must be 'train' or 'valid'; got {split!r}")
+        p = torch.bincount(ids, minlength=self.vocab_size).double() / len(ids)
+        p = p[p > 0]
+        return float(-(p * p.log()).sum())
+
     def encode(self, s: str) -> Tensor:
         return torch.tensor([self.stoi.get(c, UNK) for c in s], dtype=torch.long)
 
