@@ -32,6 +32,21 @@ class SegmentContext(PositionContext):
     key_positions: Tensor | None = None
 
 
+def run_blocks(blocks, scheme: Scheme, x: Tensor, ctx: PositionContext, need_weights: bool = False, memory=None):
+    """The layer stack shared by every model: hook 1b (`layer_input`) then each block.
+
+    Returns (output, attention maps or Nones, each block's input); `memory[i]` is block
+    i's Transformer-XL memory.
+    """
+    maps, inputs = [], []
+    for i, block in enumerate(blocks):
+        x = scheme.layer_input(x, ctx, i)                             # hook 1b: per-layer injection
+        inputs.append(x)
+        x, probs = block(x, scheme, ctx, need_weights, None if memory is None else memory[i])
+        maps.append(probs)
+    return x, maps, inputs
+
+
 class Block(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, layer: int, dropout: float):
         super().__init__()
@@ -127,12 +142,7 @@ class Transformer(nn.Module):
         mem_len = self._check_memory(memory, tokens)
         ctx = self.context(tokens.shape[1], positions, tokens.device, mem_len)
         x = self.drop(self.scheme.embed(x, ctx))                     # hook 1
-        maps, inputs = [], []
-        for i, block in enumerate(self.blocks):
-            x = self.scheme.layer_input(x, ctx, i)                    # hook 1b: per-layer injection
-            inputs.append(x)
-            x, probs = block(x, self.scheme, ctx, need_weights, None if memory is None else memory[i])
-            maps.append(probs)
+        x, maps, inputs = run_blocks(self.blocks, self.scheme, x, ctx, need_weights, memory)
         return self.ln_f(x), maps, inputs
 
     def context(self, seq_len: int, positions: Tensor | None, device, mem_len: int = 0) -> PositionContext:

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from .train import classification_loss  # noqa: F401  (re-exported: the loss_fn for this module's tasks)
 
 PAD, BUT, NOT = 0, 1, 2
 N_SPECIAL = 3
@@ -104,8 +105,3 @@ class ContrastTask:
             else:
                 out.append("f")
         return " ".join(out)
-
-
-def classification_loss(model, tokens: Tensor, labels: Tensor) -> Tensor:
-    """Cross-entropy of `model.classify(tokens)`: the `loss_fn` to pass to `posenc.train`."""
-    return F.cross_entropy(model.classify(tokens).float(), labels)

@@ -80,6 +80,13 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
 
 
+def classification_loss(model, inputs: torch.Tensor, labels: torch.Tensor, **forward_kwargs) -> torch.Tensor:
+    """Cross-entropy of a sequence/image classifier: `model.classify(inputs)` when the model
+    has it (token models), else `model(inputs)` (the ViT); pass as `train(..., loss_fn=...)`."""
+    logits = getattr(model, "classify", model)(inputs, **forward_kwargs)
+    return F.cross_entropy(logits.float(), labels)
+
+
 def step_generator(seed: int, step: int) -> torch.Generator:
     """The data generator of one step: batches depend on (seed, step) only."""
     return torch.Generator().manual_seed(seed * 1_000_003 + step)

@@ -26,10 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .absolute import sinusoidal_at
-from .model import Block, _init_weights
+from .model import Block, _init_weights, run_blocks
 from .nope import NoPE
 from .rotary import apply_rope
 from .scheme import PositionContext, Scheme
+from .train import classification_loss  # noqa: F401  (re-exported: the loss_fn for this module's tasks)
 
 
 # -- the grid ---------------------------------------------------------------------
@@ -314,10 +315,7 @@ class ViT(nn.Module):
         ctx.tables = self.scheme.prepare(ctx)
         ctx.attn_mask = self.scheme.logit_bias(ctx)                            # hook 3, shared by layers
         x = self.scheme.embed(x, ctx)                                          # hook 1
-        maps = []
-        for i, block in enumerate(self.blocks):
-            x, probs = block(self.scheme.layer_input(x, ctx, i), self.scheme, ctx, need_weights)
-            maps.append(probs)
+        x, maps, _ = run_blocks(self.blocks, self.scheme, x, ctx, need_weights)
         return self.ln_f(x), maps
 
 
@@ -385,8 +383,3 @@ class DigitsTask:
             pred = model(xs[i:i + batch_size].to(device), **forward_kwargs).argmax(-1).cpu()
             correct += int((pred == ys[i:i + batch_size]).sum())
         return correct / len(ys)
-
-
-def classification_loss(model: nn.Module, images: Tensor, labels: Tensor, **forward_kwargs) -> Tensor:
-    """Cross-entropy of the [CLS] logits; pass as `posenc.train(..., loss_fn=...)`."""
-    return F.cross_entropy(model(images, **forward_kwargs).float(), labels)
