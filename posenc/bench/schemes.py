@@ -1,7 +1,10 @@
 """What each scheme costs a whole model, relative to NoPE and to x-transformers.
 
 Every model has the same sizes and sees the same batch; the schemes are timed in
-turns (`interleaved_times`) and each statistic is the median over rounds:
+turns (`interleaved_times`) and each statistic is the best (minimum) over rounds, the
+one least disturbed by the rest of the machine. A second, identical NoPE model
+("nope (control)") is timed like the others: its ratio to NoPE, which should be 1,
+shows the noise of the measurement.
 
 * train: one step of forward, loss, backward and AdamW, in ms and / NoPE;
 * eval: forward tokens per second without autograd, and / NoPE;
@@ -11,8 +14,6 @@ turns (`interleaved_times`) and each statistic is the median over rounds:
 """
 from __future__ import annotations
 
-import statistics
-
 import torch
 
 from ..costs import saved_bytes, train_steps
@@ -21,6 +22,8 @@ from ..scheme import Scheme
 from ..table import Table
 from ..train import lm_loss
 from .timing import interleaved_times
+
+CONTROL = "nope (control)"
 
 #: The hooks that force attention off the fused kernel, or add a per-layer term to it.
 _CUSTOM_HOOKS = ("extra_logits", "extra_values", "custom_attention")
@@ -63,13 +66,14 @@ def _eval_forward(model, x):
 
 def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batch_size: int = 16, d_model: int = 128,
                  n_heads: int = 4, n_layers: int = 2, rounds: int = 5, device: str = "cpu", clock: str = "wall") -> Table:
-    """One row per scheme (NoPE first): kind, params, train ms and / NoPE, eval tok/s and / NoPE, activation MiB and / NoPE."""
-    schemes = ["nope"] + [s for s in (schemes or sorted(SCHEMES)) if s != "nope"]
+    """One row per scheme (NoPE first, then its control): kind, params, train ms and / NoPE,
+    eval tok/s and / NoPE, activation MiB and / NoPE."""
+    schemes = ["nope", CONTROL] + [s for s in (schemes or sorted(SCHEMES)) if s != "nope"]
     x, y = _batch(vocab_size, batch_size, seq_len, device)
     models = {}
     for name in schemes:
         torch.manual_seed(0)
-        models[name] = build_model(name, vocab_size, causal=True, max_len=seq_len, d_model=d_model,
+        models[name] = build_model("nope" if name == CONTROL else name, vocab_size, causal=True, max_len=seq_len, d_model=d_model,
                                    n_heads=n_heads, n_layers=n_layers).to(device)
     train = interleaved_times({n: train_steps(m.train(), x, y) for n, m in models.items()}, rounds=rounds, device=device,
                               clock=clock)
@@ -79,9 +83,9 @@ def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batc
     for name, model in models.items():
         model.train()
         act = saved_bytes(lambda: lm_loss(model(x), y))
-        row = {"scheme": name, "kind": scheme_kind(name), "params": sum(p.numel() for p in model.parameters()),
-               "train_ms": 1e3 * statistics.median(train[name]),
-               "eval_tok_s": batch_size * seq_len / statistics.median(evals[name]), "act_MiB": act / 2 ** 20}
+        row = {"scheme": name, "kind": scheme_kind("nope" if name == CONTROL else name),
+               "params": sum(p.numel() for p in model.parameters()), "train_ms": 1e3 * min(train[name]),
+               "eval_tok_s": batch_size * seq_len / min(evals[name]), "act_MiB": act / 2 ** 20}
         if torch.device(device).type == "cuda":
             row["peak_MiB"] = _cuda_peak(train_steps(model, x, y), device) / 2 ** 20
         rows.append(row)
@@ -120,7 +124,7 @@ def xtransformers_model(name: str, vocab_size: int, *, seq_len: int, d_model: in
 def xtransformers_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batch_size: int = 16,
                         d_model: int = 128, n_heads: int = 4, n_layers: int = 2, rounds: int = 5,
                         device: str = "cpu", clock: str = "wall") -> Table:
-    """Training-step time of our model / x-transformers' (default attention, and flash where it allows the scheme).
+    """Best training-step time of our model / x-transformers' (default attention, and flash where it allows the scheme).
 
     Also each library's own scheme/NoPE step ratio, the form of ALiBi's Table 1.
     """
@@ -139,7 +143,7 @@ def xtransformers_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 25
         if name != "t5":                                        # x-transformers: flash is incompatible with T5 bias
             fns[("xt flash", name)] = train_steps(
                 xtransformers_model(name, vocab_size, flash=True, **sizes).to(device).train(), x, y)
-    times = {k: statistics.median(v) for k, v in interleaved_times(fns, rounds=rounds, device=device,
+    times = {k: min(v) for k, v in interleaved_times(fns, rounds=rounds, device=device,
                                                                                   clock=clock).items()}
     rows = Table()
     for name in schemes:
