@@ -45,3 +45,13 @@ def test_scheme_costs_rows_are_relative_to_nope():
     shaw = rows.where(scheme="shaw")[0]
     assert shaw["act/nope"] > 1                                 # Shaw keeps its attention weights for backward
     assert "cpu" in machine("cpu") and torch.__version__ in machine("cpu")
+
+
+def test_rope_benchmark_compares_like_with_like():
+    """Each of our layouts returns exactly what the reference it is timed against returns."""
+    from posenc.bench.kernels import ROPE_REFERENCE, rope_candidates
+    fns = rope_candidates(seq=16, dim=8)
+    q, k = torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8)
+    for ours, ref in ROPE_REFERENCE.items():
+        for a, b in zip(fns[ours](q, k), fns[ref](q, k)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
