@@ -1,6 +1,7 @@
 """`Table`: a list of flat dict rows that prints cleanly (no pandas dependency)."""
 from __future__ import annotations
 
+import html
 import json
 
 
@@ -42,8 +43,9 @@ class Table(list):
 
     def _repr_html_(self) -> str:
         cols = self.columns
-        head = "".join(f"<th>{c}</th>" for c in cols)
-        body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>" for r in self)
+        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
+                       for r in self)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

@@ -31,3 +31,9 @@ def test_heatmaps_are_labelled_and_cosine_is_bounded():
     img = ax.get_images()[0].get_array()
     assert img.shape == (7, 7) and abs(img.max() - 1) < 1e-6 and img.min() >= -1 - 1e-6
     plt.close("all")
+
+
+def test_table_html_escapes_its_cells():
+    from posenc import Table
+    html = Table([{"claim <x>": "a <= b & c"}])._repr_html_()
+    assert "<th>claim &lt;x&gt;</th>" in html and "<td>a &lt;= b &amp; c</td>" in html
