@@ -40,7 +40,7 @@ def sinusoidal_angles(positions: Tensor, dim: int, base: float = 10000.0) -> Ten
         raise ValueError(f"dim must be a positive even int; got {dim!r}")
     if not base > 1:
         raise ValueError(f"base must be > 1; got {base!r}")
-    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)       # (dim/2,)
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)  # (dim/2,)
     return positions.to(torch.float64)[:, None] * inv_freq[None, :]                 # (P, dim/2)
 
 

@@ -19,7 +19,13 @@ def resolve(profile: str = "auto") -> str:
 
 
 def save_results(name: str, data, results_dir: str | Path = "../results") -> Path:
-    """Write `results/<name>.json` (a `full` run's numbers, shown by the book)."""
+    """Write `results/<name>.json` (a `full` run's numbers, shown by the book).
+
+    A dict gets a "machine" entry (device, torch and Python versions) unless it has one.
+    """
+    if isinstance(data, dict) and "machine" not in data:
+        from .bench.timing import machine
+        data = {"machine": machine("cuda" if torch.cuda.is_available() else "cpu"), **data}
     path = Path(results_dir) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")

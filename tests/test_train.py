@@ -123,7 +123,9 @@ def test_profiles():
 def test_results_round_trip(tmp_path):
     assert posenc.load_results("x", tmp_path) is None
     posenc.save_results("x", {"a": [1, 2]}, tmp_path)
-    assert posenc.load_results("x", tmp_path) == {"a": [1, 2]}
+    stored = posenc.load_results("x", tmp_path)
+    assert stored["a"] == [1, 2]
+    assert stored["machine"].startswith(("cpu: ", "cuda: ")) and "torch " in stored["machine"]
 
 
 def test_a_causal_model_learns_the_shipped_corpus():
