@@ -67,8 +67,7 @@ def emulate_gpu_precision() -> None:
 
 
 def run(path: Path, profile: str, smoke: bool, workdir: Path) -> int:
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    sys.path.insert(0, str(ROOT))
+    """Execute the code cells of `path` in one namespace with cwd <workdir>/notebooks; 0 or 1."""
     cwd = workdir / "notebooks"
     cwd.mkdir(parents=True, exist_ok=True)
     os.chdir(cwd)
@@ -105,6 +104,8 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", type=Path, default=ROOT,
                    help="folder holding notebooks/ (cwd) and results/ (written); default: the repository")
     a = p.parse_args(argv)
+    os.environ.setdefault("MPLBACKEND", "Agg")  # set here, not in run(): child processes inherit it
+    sys.path.insert(0, str(ROOT))
     path = a.notebook.resolve()
     if not path.exists():
         p.error(f"notebook {a.notebook} does not exist")

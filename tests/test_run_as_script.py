@@ -1,6 +1,7 @@
 """scripts/run_as_script.py: a notebook's cells as one program, as papermill would run them."""
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,13 @@ def notebook(tmp_path, *cells):
 @pytest.fixture(autouse=True)
 def keep_cwd(monkeypatch):
     monkeypatch.chdir(ROOT)
+
+
+def test_running_leaves_the_environment_alone(tmp_path):
+    """Kernels started later (nbval) inherit os.environ: a backend set here would hide their figures."""
+    before = dict(os.environ)
+    assert ras.run(notebook(tmp_path, ([], "x = 1\n")), "ci", smoke=False, workdir=tmp_path / "w") == 0
+    assert dict(os.environ) == before
 
 
 def test_parameters_are_overridden_and_results_land_in_the_workdir(tmp_path):
