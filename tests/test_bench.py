@@ -1,4 +1,6 @@
 """The benchmark machinery (never timings): turn order, scheme kinds, matched reference sizes."""
+import json
+
 import pytest
 import torch
 
@@ -55,3 +57,14 @@ def test_rope_benchmark_compares_like_with_like():
     for ours, ref in ROPE_REFERENCE.items():
         for a, b in zip(fns[ours](q, k), fns[ref](q, k)):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_save_writes_a_new_file_and_merges_sections_of_the_same_machine(tmp_path):
+    from posenc.bench.__main__ import save
+    path = tmp_path / "new" / "bench.json"
+    save({"machine": "m1", "sections": {"a": 1}}, path)
+    assert json.loads(path.read_text()) == {"machine": "m1", "sections": {"a": 1}}
+    save({"machine": "m1", "sections": {"b": 2}}, path)
+    assert json.loads(path.read_text())["sections"] == {"a": 1, "b": 2}
+    save({"machine": "m2", "sections": {"c": 3}}, path)
+    assert json.loads(path.read_text())["sections"] == {"c": 3}

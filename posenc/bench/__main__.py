@@ -81,14 +81,20 @@ def main(argv=None) -> dict:
     where = machine(a.device)
     print(where)
     out = {"machine": where, "sections": run_sections(a.only, a.device, a.seq_len, a.rounds, a.clock)}
-    if a.save and a.save.exists():                  # keep the sections not rerun (same machine line required)
-        old = json.loads(a.save.read_text())
-        if old.get("machine") == where:
-            out["sections"] = {**old["sections"], **out["sections"]}
-        a.save.parent.mkdir(parents=True, exist_ok=True)
-        a.save.write_text(json.dumps(out, indent=1) + "\n")
-        print(f"\nsaved {a.save}")
+    if a.save:
+        save(out, a.save)
     return out
+
+
+def save(out: dict, path: Path) -> None:
+    """Write `out` as JSON, keeping the sections of an earlier file not rerun (same machine line only)."""
+    if path.exists():
+        old = json.loads(path.read_text())
+        if old.get("machine") == out["machine"]:
+            out["sections"] = {**old["sections"], **out["sections"]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"\nsaved {path}")
 
 
 if __name__ == "__main__":
