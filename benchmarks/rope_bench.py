@@ -7,7 +7,7 @@ The measurement is `posenc.bench.kernels.rope_times` (also section `rope` of
 `apply_rotary_pos_emb` (half) and rotary-embedding-torch (interleaved), and the floor
 y = x * c over the same tensors; best of `repeats` round-robin runs, process CPU time
 by default (steadier on a shared machine; equal to wall time with one idle thread).
-`--save` writes results/11_rope_bench.json, which notebooks/11_rope shows.
+`--save` writes results/bench/11_rope.json, which notebooks/11_rope shows.
 """
 import argparse
 import json
@@ -24,7 +24,7 @@ if __name__ == "__main__":
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
-    p.add_argument("--save", action="store_true", help="write results/11_rope_bench.json")
+    p.add_argument("--save", action="store_true", help="write results/bench/11_rope.json")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     table = rope_times(tuple(a.shape), repeats=a.repeats, clock=a.clock)
@@ -32,5 +32,5 @@ if __name__ == "__main__":
     print(setup)
     print(table.round(3))
     if a.save:
-        path = Path(__file__).resolve().parent.parent / "results" / "11_rope_bench.json"
+        path = Path(__file__).resolve().parent.parent / "results" / "bench" / "11_rope.json"
         path.write_text(json.dumps({"setup": setup, "rows": list(table.round(3))}, indent=1) + "\n")

@@ -9,7 +9,7 @@ projections and the [B, H, N, N] weights that every attention keeps anyway.
 import argparse
 
 import posenc  # noqa: F401
-from posenc.costs import shaw_memory_table
+from posenc.bench.costs import shaw_memory_table
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

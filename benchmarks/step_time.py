@@ -10,7 +10,7 @@ import argparse
 import torch
 
 import posenc
-from posenc.costs import step_time_ratios
+from posenc.bench.costs import step_time_ratios
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -3,25 +3,32 @@
     >>> import posenc
     >>> model = posenc.build_model("nope", vocab_size=32, causal=True)
     >>> logits = model(tokens)          # tokens [batch, seq] -> [batch, seq, vocab]
-"""
-from . import plots, tasks
-from .attention import Attention
-from .evaluate import length_table, run
-from .model import Transformer
-from .profiles import load_claims, load_results, resolve, save_claim, save_results
-from .registry import SCHEMES, build_model, get_scheme, register
-from .scheme import PositionContext, Scheme
-from .table import Table
-from .train import TrainConfig, train
-from . import alibi  # noqa: F401
-from . import absolute, floater  # noqa: F401
-from . import deberta, pretraining, tupe  # noqa: F401
-from . import rotary  # noqa: F401
-from . import bias, relative  # noqa: F401
-from . import cnn, complex_order, tasks_order  # noqa: F401
-from . import vision  # noqa: F401
 
-__all__ = ["plots", "tasks", "SCHEMES", "build_model", "get_scheme", "register", "Scheme", "PositionContext", "Attention",
-           "Transformer", "TrainConfig", "train", "run", "length_table", "Table", "resolve",
-           "save_results", "load_results", "save_claim", "load_claims"]
-__version__ = "0.1.0"
+Layers, imported one way, down: `scheme` (the hooks and the registry) <- `schemes/`
+(one module per family, registered on import) <- `attention`, `model` <- `tasks/`,
+`vision/` <- `runs/` (spec, store, training, runner), `analysis`, `plots`, `bench/`.
+"""
+import sys as _sys
+
+from . import schemes
+from .scheme import SCHEMES, PositionContext, Scheme, get_scheme, register
+from .attention import Attention
+from .model import Transformer, build_model
+from .table import Table
+from . import tasks, vision, plots, analysis
+from .runs.train import TrainConfig, train
+from .runs.evaluate import length_table, run
+from .runs.profiles import load_claims, load_results, resolve, save_claim, save_results
+from . import runs, functional
+
+# Each scheme module is also reachable at its short, documented path (`posenc.rotary`,
+# `posenc.absolute`, ...), the contract's spelling, without a hand-kept list.
+for _name in schemes.MODULES:
+    _module = _sys.modules[f"{__name__}.schemes.{_name}"]
+    _sys.modules.setdefault(f"{__name__}.{_name}", _module)
+    globals().setdefault(_name, _module)
+
+__all__ = ["plots", "tasks", "vision", "runs", "analysis", "functional", "schemes", "SCHEMES", "build_model",
+           "get_scheme", "register", "Scheme", "PositionContext", "Attention", "Transformer", "TrainConfig", "train",
+           "run", "length_table", "Table", "resolve", "save_results", "load_results", "save_claim", "load_claims"]
+__version__ = "0.2.0"

@@ -17,7 +17,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import Attention, causal_mask
-from .scheme import PositionContext, Scheme
+from .scheme import PositionContext, Scheme, get_scheme
+
+IGNORE = -100  # target id that losses and metrics skip
 
 
 @dataclass
@@ -217,3 +219,41 @@ def _init_weights(module: nn.Module) -> None:
         nn.init.normal_(module.weight, std=0.02)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)
+
+
+def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
+                causal: bool, max_len: int = 512, d_ff: int | None = None, dropout: float = 0.0,
+                cls_token: bool = False, tie_weights: bool = True, num_classes: int | None = None,
+                **scheme_kwargs) -> Transformer:
+    """A `Transformer` using the scheme called `scheme`.
+
+    `max_len` is the longest sequence (tokens, plus [CLS] if any) that table-based
+    schemes must serve; `scheme_kwargs` go to the scheme's constructor. The model is
+    called as `model(tokens, positions=None)` -> logits [batch, seq, vocab].
+    """
+    if not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be a positive int; got {vocab_size!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False; got {causal!r}")
+    for arg, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers), ("max_len", max_len)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{arg} must be a positive int; got {value!r}")
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+    scheme_module = get_scheme(scheme)(d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+                                       max_len=max_len + int(cls_token), causal=causal, **scheme_kwargs)
+    return Transformer(scheme_module, vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+                       causal=causal, d_ff=d_ff, dropout=dropout, cls_token=cls_token,
+                       tie_weights=tie_weights, num_classes=num_classes)
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over targets that are not IGNORE."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
+def classification_loss(model, inputs: torch.Tensor, labels: torch.Tensor, **forward_kwargs) -> torch.Tensor:
+    """Cross-entropy of a sequence/image classifier: `model.classify(inputs)` when the model
+    has it (token models), else `model(inputs)` (the ViT); pass as `train(..., loss_fn=...)`."""
+    logits = getattr(model, "classify", model)(inputs, **forward_kwargs)
+    return F.cross_entropy(logits.float(), labels)

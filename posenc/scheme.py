@@ -115,3 +115,24 @@ class Scheme(nn.Module):
         """Whether this scheme overrides hook 4 (then attention is not fully fused)."""
         cls = type(self)
         return cls.extra_logits is not Scheme.extra_logits or cls.extra_values is not Scheme.extra_values
+
+
+#: name -> Scheme class; every module of `posenc.schemes` adds its schemes on import.
+SCHEMES: dict[str, type[Scheme]] = {}
+
+
+def register(name: str):
+    """Class decorator adding a scheme to `SCHEMES` under `name`."""
+    def add(cls: type[Scheme]) -> type[Scheme]:
+        if not (isinstance(cls, type) and issubclass(cls, Scheme)):
+            raise TypeError(f"register({name!r}) expects a Scheme subclass; got {cls!r}")
+        SCHEMES[name] = cls
+        return cls
+    return add
+
+
+def get_scheme(name: str) -> type[Scheme]:
+    """The scheme class called `name`; a ValueError lists the known names otherwise."""
+    if not isinstance(name, str) or name not in SCHEMES:
+        raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(sorted(SCHEMES))}")
+    return SCHEMES[name]

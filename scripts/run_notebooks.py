@@ -1,4 +1,4 @@
-"""Execute the book's notebooks in place with papermill and tidy them for committing.
+"""Execute the book's notebooks with papermill and tidy them for committing.
 
 Usage:
     python scripts/run_notebooks.py                      # every notebooks/*.ipynb
@@ -15,13 +15,18 @@ run the notebook is post-processed so the book and the diffs stay clean:
   (``kernelspec`` and ``language_info`` are kept);
 * the file is written by nbformat with Jupyter's 1-space indent.
 
-A notebook that raises makes the script exit non-zero, naming it (the remaining
+Each notebook executes into a temporary copy beside it, which replaces it only when
+every cell ran: a failing cell, Ctrl-C or SIGTERM leaves the stored notebook (and its
+outputs) untouched, and the failing cell is named. Every path is checked before any
+notebook runs. A notebook that raises makes the script exit non-zero (the remaining
 notebooks still run). Wall times per notebook are printed as a table at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -52,17 +57,54 @@ def clean(path: Path) -> None:
     nbformat.write(nb, path)  # nbformat writes indent=1, like Jupyter
 
 
+def check_paths(paths: list[Path]) -> list[str]:
+    """Problems with the requested paths (missing, not a notebook, not JSON), before anything runs."""
+    problems = []
+    for path in paths:
+        if not path.is_file():
+            problems.append(f"{path}: no such file")
+        elif path.suffix != ".ipynb":
+            problems.append(f"{path}: not a notebook (.ipynb)")
+        else:
+            try:
+                nbformat.read(path, as_version=4)
+            except Exception as exc:  # nbformat raises several kinds for unreadable files
+                problems.append(f"{path}: unreadable notebook ({type(exc).__name__}: {exc})")
+    return problems
+
+
+def execute(path: Path, profile: str) -> None:
+    """Run `path` into a temporary copy; replace `path` with it only if every cell succeeded."""
+    tmp = path.with_name(f".{path.stem}.running.ipynb")
+    try:
+        pm.execute_notebook(str(path), str(tmp), parameters={"profile": profile}, kernel_name="python3",
+                            cwd=str(NOTEBOOKS), log_output=False, progress_bar=False)
+        clean(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
                         help="notebooks to run (default: notebooks/*.ipynb)")
-    parser.add_argument("--profile", default="auto", choices=["auto", "ci", "full"],
+    parser.add_argument("--profile", default="auto", choices=["auto", "ci", "paper", "full"],
                         help="value of the notebooks' `profile` parameter (default: auto)")
     args = parser.parse_args(argv)
 
     paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
     if not paths:
         parser.error(f"no notebooks found in {NOTEBOOKS}")
+    problems = check_paths(paths)
+    if problems:
+        parser.error("nothing was run:\n  " + "\n  ".join(problems))
+    signal.signal(signal.SIGTERM, _sigterm)
     times: dict[str, float] = {}
     failed: list[str] = []
     for path in paths:
@@ -70,21 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"running {name} (profile={args.profile}) ...", flush=True)
         start = time.perf_counter()
         try:
-            pm.execute_notebook(
-                str(path), str(path),
-                parameters={"profile": args.profile},
-                kernel_name="python3",
-                cwd=str(NOTEBOOKS),
-                log_output=False,
-                progress_bar=False,
-            )
-        except Exception as exc:  # papermill raises PapermillExecutionError and others
-            print(f"FAILED: {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            execute(path, args.profile)
+        except KeyboardInterrupt:
+            print(f"interrupted during {name}: its stored outputs are unchanged", file=sys.stderr)
+            return 130
+        except Exception as exc:  # papermill raises PapermillExecutionError (it names the cell) and others
+            print(f"FAILED: {name} (stored notebook unchanged): {type(exc).__name__}: {exc}", file=sys.stderr)
             failed.append(str(name))
         finally:
             times[str(name)] = time.perf_counter() - start
-            if path.exists():
-                clean(path)
 
     width = max(len(n) for n in times)
     print(f"\n{'notebook':<{width}}  wall time (s)  [profile={args.profile}]")

@@ -53,8 +53,8 @@ def test_alibi_keeps_attention_fused_and_needs_no_table():
 
 def test_alibi_stays_on_the_fused_kernel_no_weights_kept_for_backward():
     """The math fallback of SDPA would keep [B, H, T, T] weights per layer (4 MiB here); fused keeps none."""
-    from posenc.costs import saved_bytes
-    from posenc.train import lm_loss
+    from posenc.bench.costs import saved_bytes
+    from posenc.runs.train import lm_loss
     x, y = torch.randint(0, 23, (8, 128)), torch.randint(0, 23, (8, 128))
     kept = {}
     for name in ("nope", "alibi"):

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import posenc
-from posenc.cnn import PositionCNN, PositionTask, chance_error_px, position_loss, position_targets
+from posenc.vision.cnn import PositionCNN, PositionTask, chance_error_px, position_loss, position_targets
 
 
 def net(padding, dilations=(1, 2, 1)):

@@ -10,7 +10,7 @@ from posenc.absolute import sinusoidal_table
 from posenc.complex_order import (ComplexAttention, ComplexLayerNorm, ComplexLinear, ComplexOrderEmbedding,
                                   ComplexOrderTransformer, complex_order_embedding, shared_frequencies, xavier_init_)
 from posenc.rotary import apply_rope
-from posenc.tasks_order import BUT, NOT, ContrastTask
+from posenc.tasks.order import BUT, NOT, ContrastTask
 
 
 def random_parameters(batch=3, seq=10, dim=8):

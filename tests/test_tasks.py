@@ -207,7 +207,7 @@ def test_unigram_entropy_is_the_context_free_loss():
 
 def test_seed_gap_calls_a_difference_real_only_beyond_the_seed_spread():
     from posenc import Table
-    from posenc.pretraining import seed_gap
+    from posenc.analysis import seed_gap
     rows = Table([{"model": m, "mlm": v} for m, vals in {"a": [3.0, 3.1], "b": [2.5, 2.6], "c": [2.9, 3.3]}.items()
                   for v in vals])
     ab = seed_gap(rows, "a", "b")

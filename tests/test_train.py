@@ -4,7 +4,7 @@ import torch
 
 import posenc
 from posenc.tasks import SyntheticTask
-from posenc.train import TrainConfig, amp_dtype, lr_factor, train
+from posenc.runs.train import TrainConfig, amp_dtype, lr_factor, train
 from conftest import small_model
 
 TASK = SyntheticTask("copy", train_length=6, n_symbols=8)

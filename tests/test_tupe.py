@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import posenc
-from posenc.pretraining import MaskedLMWithCLS, loss_parts, pretraining_loss, steps_to_reach
+from posenc.analysis import steps_to_reach
+from posenc.tasks.pretraining import MaskedLMWithCLS, loss_parts, pretraining_loss
 from posenc.tasks import CharCorpus
 from posenc.tasks.synthetic import IGNORE
 from posenc.tupe import TUPE, cls_reset, four_terms

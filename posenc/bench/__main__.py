@@ -2,7 +2,7 @@
 
     python -m posenc.bench                                   # all sections, CUDA if present
     python -m posenc.bench --only schemes xt --threads 2
-    python -m posenc.bench --save results/15_bench_cpu.json  # what the comparison chapter shows
+    python -m posenc.bench --save results/bench/cpu.json  # what the comparison chapter shows
 
 Sections: schemes (every registered scheme / NoPE: train step, eval tokens/s,
 activation memory), xt (our model / x-transformers' at the same sizes and scheme),
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..costs import shaw_memory_table
+from .costs import shaw_memory_table
 from .kernels import bias_times, rope_times
 from .memory import deberta_memory
 from .schemes import scheme_costs, xtransformers_costs

@@ -8,7 +8,7 @@ place, with glibc told to mmap every allocation of 64 KiB or more
 it is torch.cuda.max_memory_allocated over the inputs. The naive path builds
 K_r[delta(i, j)] and Q_r[delta(j, i)], two [H, N, N, d_h] tensors; the gather path
 (posenc.deberta.c2p_p2c) only [B, H, N, 2k] products and the [B, H, N, N] result.
-(Shaw's terms are counted by `posenc.costs.shaw_memory_table`, from the bytes autograd saves.)
+(Shaw's terms are counted by `posenc.bench.costs.shaw_memory_table`, from the bytes autograd saves.)
 """
 from __future__ import annotations
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import torch
 
-from ..costs import saved_bytes, train_steps
-from ..registry import SCHEMES, build_model
+from .costs import saved_bytes, train_steps
+from ..model import build_model
+from ..scheme import SCHEMES
 from ..scheme import Scheme
 from ..table import Table
-from ..train import lm_loss
+from ..model import lm_loss
 from .timing import interleaved_times
 
 CONTROL = "nope (control)"

@@ -3,3 +3,37 @@ from .corpus import CharCorpus, stdlib_text
 from .synthetic import BOS, IGNORE, MASK, PAD, SEP, TASKS, SyntheticTask
 
 __all__ = ["CharCorpus", "stdlib_text", "SyntheticTask", "TASKS", "IGNORE", "PAD", "BOS", "SEP", "MASK"]
+
+from .order import ContrastTask
+from .pretraining import MaskedLMWithCLS
+
+
+def _corpus(train_length: int = 128, valid_every: int = 10, mask_prob: float = 0.15) -> CharCorpus:
+    return CharCorpus.stdlib(train_length=train_length, valid_every=valid_every, mask_prob=mask_prob)
+
+
+def _mlm_cls(train_length: int = 128, mask_prob: float = 0.15, swap_prob: float = 0.5) -> MaskedLMWithCLS:
+    return MaskedLMWithCLS(CharCorpus.stdlib(train_length=train_length, mask_prob=mask_prob), swap_prob=swap_prob)
+
+
+#: name -> builder of a task from keyword arguments: how a `posenc.runs.RunSpec` names its task.
+BUILDERS = {"synthetic": SyntheticTask, "corpus": _corpus, "mlm_cls": _mlm_cls, "contrast": ContrastTask}
+
+
+def task_defaults(task: str) -> dict:
+    """The keyword defaults of task `task`'s builder (written into every run spec)."""
+    import inspect
+    if task not in BUILDERS:
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(BUILDERS))}")
+    return {name: p.default for name, p in inspect.signature(BUILDERS[task]).parameters.items()
+            if p.default is not p.empty}
+
+
+def make_task(task: str, /, **kwargs):
+    """The task called `task` in `BUILDERS`, built from `kwargs`."""
+    if task not in BUILDERS:
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(BUILDERS))}")
+    return BUILDERS[task](**kwargs)
+
+
+__all__ += ["ContrastTask", "MaskedLMWithCLS", "BUILDERS", "make_task", "task_defaults"]

@@ -29,7 +29,7 @@ from torch import Tensor
 
 PAD, BOS, SEP, MASK = 0, 1, 2, 3
 N_SPECIAL = 4
-IGNORE = -100  # target id that the loss and the metrics skip
+from ..model import IGNORE  # target id that the loss and the metrics skip
 
 
 @dataclass

@@ -1,0 +1,115 @@
+"""The runner: every chapter's missing runs, with worker processes and a deadline.
+
+    python -m posenc.runs --profile ci --workers 2            # the whole ci tier
+    python -m posenc.runs --profile full --deadline 540       # a GPU window: keep what finishes
+    python -m posenc.runs --profile full --dry-run            # what is missing, and its estimated cost
+    torchrun --nproc_per_node 4 -m posenc.runs --profile full # ranks share the specs (i % world == rank)
+
+Runs are ordered by chapter, then seed, then estimated cost, so that within a deadline
+whole chapters and first seeds are done before later ones. Every run is stored the
+moment it ends; a run still going at the deadline is abandoned and the next call
+resumes it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from .ensure import missing
+from .execute import default_workers, run_specs
+from .plans import names, plan
+from .store import PROFILES, Store
+
+#: Sustained multiply-adds per second of one run, to turn `RunSpec.cost` into seconds (measured on
+#: the stored ci records: one CPU thread; an H200 shared by 8 workers, small models bound by launches).
+THROUGHPUT = {"cpu": 3e10, "cuda": 1.5e11}
+#: Fixed seconds per training step (kernel launches and Python), the floor for small models.
+STEP_OVERHEAD = {"cpu": 0.002, "cuda": 0.012}
+
+
+def estimate_seconds(spec, device: str) -> float:
+    """A rough wall time of one run (cost model above), for --dry-run and ordering only."""
+    return spec.cost() / THROUGHPUT[device] + spec.train["steps"] * STEP_OVERHEAD[device]
+
+
+def collect(chapters, profile: str) -> list:
+    """(chapter, spec) for every missing run of the chosen chapters, in priority order, without repeats."""
+    seen, out = set(), []
+    for rank, name in enumerate(chapters):
+        labelled = plan(name, profile)
+        todo = {s.key for s in missing([s for _, s in labelled], profile)}
+        for label, spec in sorted(labelled, key=lambda ls: (ls[0].get("seed", 0), ls[1].cost())):
+            if spec.key in todo and spec.key not in seen:
+                seen.add(spec.key)
+                out.append((rank, name, spec))
+    return [(name, spec) for _, name, spec in sorted(out, key=lambda t: t[0])]
+
+
+def prune(profile: str) -> int:
+    """Delete the records (and weights) of `profile` that no chapter's plan declares any more."""
+    store = Store(profile)
+    declared = {spec.key for name in names() for _, spec in plan(name, profile)}
+    stale = sorted(store.keys() - declared)
+    for key in stale:
+        for suffix in (".json", ".pt"):
+            (store.folder / f"{key}{suffix}").unlink(missing_ok=True)
+    print(f"removed {len(stale)} records that no chapter declares from {store.folder}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m posenc.runs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=PROFILES, default="ci")
+    parser.add_argument("--chapters", nargs="+", default=None, help=f"default: all ({', '.join(names())})")
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core, 8 per GPU)")
+    parser.add_argument("--deadline", type=float, default=None, help="seconds; then stop, keeping what finished")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dry-run", action="store_true", help="list what is missing and its estimated cost")
+    parser.add_argument("--prune", action="store_true", help="delete stored records that no chapter declares")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    chapters = args.chapters or names()
+    unknown = sorted(set(chapters) - set(names()))
+    if unknown:
+        parser.error(f"unknown chapters {unknown}; known: {', '.join(names())}")
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers must be >= 1; got {args.workers}")
+    if args.deadline is not None and args.deadline <= 0:
+        parser.error(f"--deadline must be > 0 seconds; got {args.deadline}")
+    if args.prune:
+        return prune(args.profile)
+    todo = collect(chapters, args.profile)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    todo = todo[rank::world]
+    store = Store(args.profile)
+    if args.dry_run:
+        for device in ("cpu", "cuda"):
+            per = {}
+            for name, spec in todo:
+                per[name] = per.get(name, 0.0) + estimate_seconds(spec, device)
+            total = sum(per.values())
+            print(f"{device}: {len(todo)} runs missing in {store.folder}, about {total / 60:.1f} min of one "
+                  f"{'CPU thread' if device == 'cpu' else 'H200 worker'}")
+            for name, seconds in per.items():
+                count = sum(1 for n, _ in todo if n == name)
+                print(f"  {name:<28} {count:>4} runs  ~{seconds / 60:7.1f} min")
+        return 0
+    if not todo:
+        print(f"nothing to run: every {args.profile} run of {len(chapters)} chapters is stored in {store.folder}")
+        return 0
+    workers = args.workers or default_workers(args.device)
+    t0 = time.monotonic()
+    out = run_specs([s for _, s in todo], store, workers=workers, device=args.device, deadline=args.deadline,
+                    progress=not args.quiet, desc=f"{args.profile} runs")
+    print(f"{len(out['done'])} runs stored, {len(out['failed'])} failed, {len(out['abandoned'])} left for the next "
+          f"call; {time.monotonic() - t0:.0f} s with {workers} workers")
+    for key, error in out["failed"].items():
+        print(f"  failed {key}: {error}", file=sys.stderr)
+    return 1 if out["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

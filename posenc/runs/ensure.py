@@ -1,0 +1,150 @@
+"""`ensure`: the records of some specs, running only the missing ones; `Runs`: a chapter's view of them."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from ..table import Table
+from .execute import default_workers, run_specs
+from .spec import RunSpec
+from .store import PROFILES, Record, Store, results_root
+
+
+def _unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
+    specs = list(specs)
+    bad = [s for s in specs if not isinstance(s, RunSpec)]
+    if bad:
+        raise TypeError(f"specs must be RunSpec objects; got {type(bad[0]).__name__}")
+    return list({s.key: s for s in specs}.values())
+
+
+def missing(specs, profile: str = "ci", *, store: Store | None = None) -> list[RunSpec]:
+    """The specs that have no readable record yet."""
+    store = store or Store(profile)
+    return [s for s in _unique(specs) if store.get(s) is None]
+
+
+def ensure(specs, profile: str = "ci", *, store: Store | None = None, load_only: bool = False,
+           workers: int | None = None, device: str = "auto", progress: bool = True) -> list[Record]:
+    """The records of `specs` (in order), running the missing ones first.
+
+    Any setting that differs makes another key, so a stored record is only ever reused
+    for exactly its spec. load_only=True raises LookupError instead of running. Missing
+    runs go to `workers` processes (default: one per core, or in this process when only
+    one run is missing), each stored the moment it ends.
+    """
+    store = store or Store(profile)
+    specs = list(specs)
+    todo = missing(specs, store=store)
+    if todo and load_only:
+        raise LookupError(f"{len(todo)} of {len(_unique(specs))} runs have no record in {store.folder}; "
+                          f"run them with: python -m posenc.runs --profile {store.profile}")
+    if todo:
+        n = workers or (1 if len(todo) == 1 else min(len(todo), default_workers(device)))
+        out = run_specs(todo, store, workers=n, device=device, progress=progress, desc=f"{store.profile} runs")
+        if out["failed"]:
+            key, error = next(iter(out["failed"].items()))
+            raise RuntimeError(f"{len(out['failed'])} runs failed; first: {key}: {error}")
+    records = [store.get(s) for s in specs]
+    if any(r is None for r in records):
+        raise RuntimeError(f"runs finished but some records are unreadable in {store.folder}")
+    return records
+
+
+def stored(specs, profile: str) -> list[Record] | None:
+    """The committed records of `specs` for `profile`, or None unless every one is stored."""
+    store = Store(profile)
+    records = [store.get(s) for s in specs]
+    return None if any(r is None for r in records) else records
+
+
+class Runs:
+    """The records of one chapter's plan, with the labels the chapter gave each spec.
+
+        runs = posenc.runs.chapter("02_sinusoidal", profile)   # runs what is missing
+        runs.profile                                          # "ci", "paper" or "full": what is shown
+        runs.rows(task="lm")                                  # labelled evaluation rows
+    """
+
+    def __init__(self, name: str, profile: str, labelled: list[tuple[dict, RunSpec]], records: list[Record]):
+        self.name, self.profile = name, profile
+        self.labels = [label for label, _ in labelled]
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def select(self, **where) -> list[tuple[dict, Record]]:
+        return [(lab, rec) for lab, rec in zip(self.labels, self.records)
+                if all(lab.get(k) == v for k, v in where.items())]
+
+    def rows(self, **where) -> Table:
+        """Every evaluation row of the selected runs, each with its run's label columns first."""
+        return Table(row for lab, rec in self.select(**where) for row in rec.rows(**lab))
+
+    def record(self, **where) -> Record:
+        """The one record whose label matches `where` (a ValueError names the count otherwise)."""
+        found = self.select(**where)
+        if len(found) != 1:
+            raise ValueError(f"{len(found)} runs of {self.name} match {where}; labels look like {self.labels[:2]}")
+        return found[0][1]
+
+    def spec(self, **where) -> RunSpec:
+        """The spec of the one run whose label matches `where`."""
+        return self.record(**where).spec
+
+    def histories(self, by: str, **where) -> dict:
+        """{label[by]: history} for the selected runs (the first run of each value of `by`)."""
+        out = {}
+        for lab, rec in self.select(**where):
+            out.setdefault(lab[by], rec.history)
+        return out
+
+    def model(self, **where) -> torch.nn.Module:
+        """The trained model of one run (declared with keep_weights=True), rebuilt and loaded."""
+        from .recipes import build_untrained
+        rec = self.record(**where)
+        torch.manual_seed(0)
+        model = build_untrained(rec.spec)
+        model.load_state_dict(rec.state_dict())
+        return model.eval()
+
+    def note(self) -> str:
+        """One line saying which profile the numbers come from and where they were made."""
+        from .execute import code_version
+        devices = sorted({r.get("machine", "?").split(":")[0] for r in self.records})
+        seeds = sorted({lab["seed"] for lab in self.labels if "seed" in lab})
+        now = code_version()["posenc"]
+        older = sorted({f"posenc {v['posenc']} ({v.get('commit')})" for r in self.records
+                        if (v := r.get("version") or {}).get("posenc") != now})
+        return (f"{len(self)} runs of profile '{self.profile}' ({'/'.join(devices)}"
+                + (f", seeds {', '.join(map(str, seeds))}" if seeds else "") + ")"
+                + (f"; made by older code: {', '.join(older)}" if older else ""))
+
+
+def chapter(name: str, profile: str = "auto", *, workers: int | None = None, progress: bool = False,
+            load_only: bool = False) -> Runs:
+    """A chapter's runs: the largest profile stored in full (full, then paper), else `ci`, run as needed.
+
+    profile="auto" on a CUDA machine runs `full`; an explicit profile runs that one.
+    load_only=True reads the committed store (never the test run's) and runs nothing: for
+    sweeps too large to recompute under the tests.
+    """
+    from .plans import plan
+    if profile not in ("auto",) + PROFILES:
+        raise ValueError(f"profile must be 'auto' or one of {PROFILES}; got {profile!r}")
+    if profile == "auto":
+        if torch.cuda.is_available():
+            profile = "full"
+        else:
+            for p in ("full", "paper"):
+                labelled = plan(name, p)
+                if labelled and (records := stored([s for _, s in labelled], p)) is not None:
+                    return Runs(name, p, labelled, records)
+            profile = "ci"
+    labelled = plan(name, profile)
+    store = Store(profile, results_root()) if load_only else None
+    records = ensure([s for _, s in labelled], profile, store=store, load_only=load_only, workers=workers,
+                     progress=progress)
+    return Runs(name, profile, labelled, records)

@@ -1,0 +1,66 @@
+"""Evaluation across lengths, returning tidy tables, and the one-call experiment."""
+from __future__ import annotations
+
+import torch
+
+from ..model import build_model
+from ..table import Table
+from ..tasks.pretraining import MaskedLMWithCLS, pretraining_loss
+from .train import TrainConfig, amp_dtype, pick_device, train
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def length_table(model, task, lengths, *, label: dict | None = None, **eval_kwargs) -> Table:
+    """One row per evaluation length: {**label, length, x_train, <task metrics>}.
+
+    `x_train` is the length as a multiple of the task's training length. Extra
+    keywords go to `task.evaluate` (e.g. `n_samples`, `max_tokens`).
+    """
+    device = model_device(model)
+    dtype = amp_dtype("auto", device)
+    model.eval()
+    rows = Table()
+    for n in lengths:
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            metrics = task.evaluate(model, n, device=device, **eval_kwargs)
+        rows.append({**(label or {}), "length": n, "x_train": round(n / task.train_length, 3), **metrics})
+    return rows
+
+
+def run(scheme: str, task, cfg: TrainConfig, *, causal: bool, lengths=(), model_kwargs: dict | None = None,
+        eval_kwargs: dict | None = None, label: dict | None = None) -> dict:
+    """Seed, build, train and evaluate one model: {"model", "result", "table"}.
+
+    The model is initialised from `cfg.seed`, so (scheme, task, cfg) fixes every number.
+    `max_len` defaults to the longest sequence the evaluation lengths need.
+    """
+    kwargs = dict(model_kwargs or {})
+    if lengths and hasattr(task, "seq_len"):
+        kwargs.setdefault("max_len", max(task.seq_len(n, causal) for n in lengths))
+    elif lengths:
+        kwargs.setdefault("max_len", max(lengths))
+    torch.manual_seed(cfg.seed)
+    model = build_model(scheme, task.vocab_size, causal=causal, **kwargs).to(pick_device(cfg.device))
+    result = train(model, task, cfg)
+    label = {"scheme": scheme, "causal": causal, "seed": cfg.seed} if label is None else label
+    table = length_table(model, task, lengths, label=label, **(eval_kwargs or {}))
+    return {"model": model, "result": result, "table": table}
+
+
+def pretrain(scheme: str, task: MaskedLMWithCLS, cfg: TrainConfig, *, label: dict | None = None,
+             **model_kwargs) -> dict:
+    """Seed, build (with [CLS] and a 2-way classifier), pre-train and evaluate one model.
+
+    Returns {"model", "history", "row"}: row = {**label, "mlm", "cls", "cls_acc", "final_loss"}.
+    """
+    torch.manual_seed(cfg.seed)
+    kwargs = {"max_len": task.train_length, **model_kwargs}
+    model = build_model(scheme, task.vocab_size, causal=False, cls_token=True, num_classes=2, **kwargs)
+    model.to(pick_device(cfg.device))
+    result = train(model, task, cfg, loss_fn=pretraining_loss)
+    metrics = task.evaluate(model, seed=cfg.seed, device=pick_device(cfg.device))
+    row = {**(label or {"scheme": scheme, "seed": cfg.seed}), **metrics, "final_loss": result.final_loss}
+    return {"model": model, "history": result.history, "row": row}

@@ -1,0 +1,154 @@
+"""Run specs, in this process or in worker processes, storing each record the moment it ends.
+
+Every CPU run uses one torch thread, whoever runs it (a notebook, the runner, a worker):
+the numbers of a spec then do not depend on how many runs share the machine, and a run
+is bit-identical wherever it is repeated on the same kind of CPU. Parallelism comes from
+worker processes, one run each.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import subprocess
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+with warnings.catch_warnings():  # tqdm.auto warns when ipywidgets is absent, then falls back to text bars
+    warnings.simplefilter("ignore")
+    from tqdm.auto import tqdm
+
+from .recipes import get_recipe
+from .spec import RunSpec
+from .store import Record, Store
+
+_VERSION: dict | None = None
+
+
+def code_version() -> dict:
+    """posenc's version and, in a git checkout, the commit (with '+dirty' for uncommitted changes)."""
+    global _VERSION
+    if _VERSION is None:
+        from .. import __version__
+        repo = Path(__file__).resolve().parents[2]
+        commit = None
+        if (repo / ".git").exists():
+            try:
+                commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                        text=True, timeout=10).stdout.strip() or None
+                dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "posenc"],
+                                       capture_output=True, text=True, timeout=10).stdout.strip()
+                commit = f"{commit}+dirty" if commit and dirty else commit
+            except (OSError, subprocess.SubprocessError):
+                commit = None
+        _VERSION = {"posenc": __version__, "commit": commit}
+    return _VERSION
+
+
+@contextmanager
+def one_thread(device: torch.device):
+    """torch.set_num_threads(1) on the CPU for the duration (restored after)."""
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def execute(spec: RunSpec, store: Store, device: str = "auto") -> Record:
+    """Run one spec with its recipe and write its record (and weights) to `store`."""
+    from ..bench.timing import machine
+    from .train import pick_device
+    dev = pick_device(device)
+    with one_thread(dev):
+        t0 = time.perf_counter()
+        out = get_recipe(spec.recipe)(spec, str(dev))
+        seconds = time.perf_counter() - t0
+        record = {"table": out["table"], "history": out["history"], "final_loss": out["final_loss"],
+                  "machine": machine(dev), "version": code_version(), "seconds": round(seconds, 2)}
+    state = {k: v.detach().cpu() for k, v in out["model"].state_dict().items()} if spec.keep_weights else None
+    return store.put(spec, record, state)
+
+
+def _worker(jobs, done, profile: str, root: str, device: str) -> None:
+    """A worker process: run specs from `jobs` until a None arrives; report (key, seconds or error)."""
+    store = Store(profile, root)
+    while True:
+        item = jobs.get()
+        if item is None:
+            return
+        spec = RunSpec.from_dict(item)
+        try:
+            record = execute(spec, store, device)
+            done.put((spec.key, record["seconds"], None))
+        except Exception as err:  # reported by the parent with the spec's key
+            done.put((spec.key, None, f"{type(err).__name__}: {err}"))
+
+
+def default_workers(device: str = "auto") -> int:
+    """One worker per core on the CPU (each runs one thread); 8 per GPU (small models leave it idle)."""
+    if device != "cpu" and torch.cuda.is_available():
+        return 8 * torch.cuda.device_count()
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", deadline: float | None = None,
+              progress: bool = True, desc: str = "runs") -> dict:
+    """Run `specs` (none of them stored yet), storing each as it ends.
+
+    workers == 1 and no deadline: in this process. Otherwise worker processes (spawned);
+    at `deadline` (seconds from now) they are killed: what finished is stored, runs in
+    flight are abandoned and the next call resumes them. Returns {"done", "failed", "abandoned"}.
+    """
+    specs = list(specs)
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int; got {workers!r}")
+    bar = tqdm(total=len(specs), desc=desc, disable=not progress or not specs, unit="run")
+    done, failed = [], {}
+    if workers == 1 and deadline is None:
+        for spec in specs:
+            execute(spec, store, device)
+            done.append(spec.key)
+            bar.update()
+        bar.close()
+        return {"done": done, "failed": failed, "abandoned": []}
+    end = None if deadline is None else time.monotonic() + deadline
+    ctx = mp.get_context("spawn")
+    jobs, results = ctx.Queue(), ctx.Queue()
+    for spec in specs:
+        jobs.put(spec.to_dict())
+    n = min(workers, len(specs))
+    for _ in range(n):
+        jobs.put(None)
+    procs = [ctx.Process(target=_worker, args=(jobs, results, store.profile, str(store.root), device), daemon=True)
+             for _ in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        while len(done) + len(failed) < len(specs):
+            if end is not None and time.monotonic() >= end:
+                break
+            if not any(p.is_alive() for p in procs) and results.empty():
+                break
+            try:
+                key, seconds, error = results.get(timeout=0.5 if end is None else max(0.05, min(0.5, end - time.monotonic())))
+            except queue.Empty:
+                continue
+            (failed.__setitem__(key, error) if error else done.append(key))
+            bar.update()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join()
+        bar.close()
+    finished = set(done) | set(failed)
+    return {"done": done, "failed": failed, "abandoned": [s.key for s in specs if s.key not in finished]}

@@ -1,0 +1,40 @@
+"""Chapter 15: every registered scheme on the same tasks (the comparison sweep).
+
+Each (scheme, task, seed) is one run with identical model size, budget and evaluation:
+a causal character LM scored at 1x-8x its training length, and four generated tasks
+scored at 1x-4x. New schemes join the sweep by registering themselves.
+"""
+from __future__ import annotations
+
+from ...scheme import SCHEMES
+from . import declare
+from ._common import lm, synthetic
+
+SIZES = {
+    "ci": dict(d_model=64, n_heads=4, n_layers=2, steps=300, batch_size=32, lr=2e-3, L_lm=64, L_syn=12,
+               max_tokens=8192, n_samples=128, seeds=(0, 1, 2)),
+    "full": dict(d_model=256, n_heads=8, n_layers=4, steps=4000, batch_size=64, lr=1e-3, L_lm=256, L_syn=16,
+                 max_tokens=None, n_samples=512, seeds=(0, 1, 2)),
+}
+TASKS = ("lm", "copy", "reverse", "kback", "recall")
+#: Schemes outside the token-sequence comparison (vision-only and the like register elsewhere).
+EXCLUDED: tuple = ()
+
+
+def cell(scheme: str, task: str, seed: int, size: dict):
+    common = dict(steps=size["steps"], batch_size=size["batch_size"], d_model=size["d_model"],
+                  n_layers=size["n_layers"], n_heads=size["n_heads"], lr=size["lr"],
+                  warmup=max(1, size["steps"] // 10), seed=seed)
+    if task == "lm":
+        return lm(scheme, size["L_lm"], max_tokens=size["max_tokens"], **common)
+    return synthetic(scheme, task, size["L_syn"], k=2, factors=(1, 2, 3, 4), n_samples=size["n_samples"], **common)
+
+
+@declare("15_comparison")
+def comparison(profile: str):
+    if profile not in SIZES:
+        return []
+    size = SIZES[profile]
+    schemes = sorted(s for s in SCHEMES if s not in EXCLUDED)
+    return [({"scheme": s, "task": t, "seed": seed}, cell(s, t, seed, size))
+            for s in schemes for t in TASKS for seed in size["seeds"]]

@@ -1,0 +1,88 @@
+"""Profiles (`ci`, `paper`, `full`), and the claims each chapter records.
+
+`ci` is quick on two CPU cores (what nbval recomputes); `paper` is the CPU scale at
+which claims are decided, run by the runner and committed; `full` is sized for one GPU.
+Claims live beside the runs: `results/<profile>/claims/<chapter>.json`, written atomically.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .store import PROFILES, Store, atomic_write, inside, results_root
+
+CHOICES = ("auto",) + PROFILES
+
+
+def resolve(profile: str = "auto") -> str:
+    """'auto' -> 'full' when CUDA is available, else 'ci'; other profiles are returned as they are."""
+    if profile not in CHOICES:
+        raise ValueError(f"profile must be one of {CHOICES}; got {profile!r}")
+    if profile == "auto":
+        return "full" if torch.cuda.is_available() else "ci"
+    return profile
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); delete it and rerun what writes it") from err
+
+
+def save_results(name: str, data, results_dir: str | Path | None = None) -> Path:
+    """Write `results/<name>.json` atomically (a file outside the run store: benchmarks, summaries).
+
+    A dict gets a "machine" entry (device, torch and Python versions) unless it has one;
+    `name` may not leave the folder.
+    """
+    folder = Path(results_dir) if results_dir is not None else results_root()
+    path = inside(folder, f"{name}.json")
+    if isinstance(data, dict) and "machine" not in data:
+        from ..bench.timing import machine
+        data = {"machine": machine("cuda" if torch.cuda.is_available() else "cpu"), **data}
+    return atomic_write(path, json.dumps(data, indent=1) + "\n")
+
+
+def load_results(name: str, results_dir: str | Path | None = None):
+    """The numbers stored by `save_results`, or None when there are none."""
+    folder = Path(results_dir) if results_dir is not None else results_root()
+    path = inside(folder, f"{name}.json")
+    return _read_json(path) if path.exists() else None
+
+
+VERDICTS = {True: "reproduced", False: "not reproduced", None: "not resolved at this scale"}
+
+
+def _claims_path(profile: str, chapter: str, results_dir) -> Path:
+    root = Store(profile).root if results_dir is None else Path(results_dir)
+    return inside(root / profile / "claims", f"{chapter}.json")
+
+
+def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: bool | None, why: str = "",
+               results_dir: str | Path | None = None, **evidence) -> Path:
+    """Record one paper claim tested by a chapter in `results/<profile>/claims/<chapter>.json`.
+
+    measured: what the run found, formatted from its numbers; holds: True (reproduced),
+    False (not reproduced) or None (not resolved). `evidence` (band, interval, seeds, ...)
+    is stored with it. One file per chapter; the comparison chapter reads them all.
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES} (resolve 'auto' first); got {profile!r}")
+    if holds not in VERDICTS:
+        raise ValueError(f"holds must be True, False or None; got {holds!r}")
+    path = _claims_path(profile, chapter, results_dir)
+    claims = _read_json(path) if path.exists() else {}
+    claims[claim] = {"measured": measured, "verdict": VERDICTS[holds], "why": why, **evidence}
+    return atomic_write(path, json.dumps(claims, indent=1) + "\n")
+
+
+def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dict]:
+    """Every committed claim for `profile`, as rows {chapter, claim, measured, verdict, why}, by chapter."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}")
+    folder = (results_root() if results_dir is None else Path(results_dir)) / profile / "claims"
+    return [{"chapter": f.stem, "claim": claim, **rec} for f in sorted(folder.glob("*.json"))
+            for claim, rec in _read_json(f).items()]

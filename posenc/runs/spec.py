@@ -1,0 +1,131 @@
+"""`RunSpec`: one training run as data, with a content hash.
+
+A spec names everything that decides a run's numbers: the recipe (what is trained and
+how it is scored), the scheme and model size, the task and its arguments, every
+training setting, the seed and the evaluation. Defaults are written into the spec when
+it is made, so a default that changes later changes the hash too: a stored record is
+reused only for exactly the settings it was made with.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass, field, fields
+
+from ..model import build_model
+from ..tasks import task_defaults
+from .train import TrainConfig
+
+#: TrainConfig fields that decide a run's numbers (device, progress and checkpoints do not).
+TRAIN_FIELDS = ("steps", "batch_size", "lr", "weight_decay", "warmup", "min_lr_ratio", "grad_clip", "log_every")
+#: build_model keywords with a default that a spec fills in (max_len follows the evaluation lengths).
+MODEL_DEFAULTS = {name: p.default for name, p in inspect.signature(build_model).parameters.items()
+                  if p.kind is p.KEYWORD_ONLY and p.default is not p.empty and name != "max_len"}
+
+
+def _plain(value, where: str):
+    """Check that `value` is JSON data (str, int, float, bool, None, lists and str-keyed dicts)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, where) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+    raise TypeError(f"{where} must hold JSON data (numbers, strings, lists, dicts); got {type(value).__name__}")
+
+
+@dataclass(frozen=True, eq=False)
+class RunSpec:
+    """One run: `recipe(spec)` trains and evaluates it; `key` is its content hash.
+
+    Args:
+        scheme: a name in `posenc.SCHEMES` (or the recipe's own model family, e.g. "cnn").
+        task: a name in `posenc.tasks.BUILDERS`; task_kwargs: its arguments.
+        model: keyword arguments of the model builder (`causal` among them for sequence models).
+        train: TrainConfig settings (every field of `TRAIN_FIELDS`; missing ones take the defaults).
+        seed: model initialisation and data order.
+        lengths: evaluation lengths; eval: keyword arguments of the task's `evaluate`.
+        recipe: a name in `posenc.runs.RECIPES` ("sequence": build, train, evaluate at lengths).
+        options: recipe-specific settings (part of the hash).
+        keep_weights: store the trained weights beside the record (chapters that inspect the model).
+    """
+
+    scheme: str
+    task: str
+    task_kwargs: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    seed: int = 0
+    lengths: tuple = ()
+    eval: dict = field(default_factory=dict)
+    recipe: str = "sequence"
+    options: dict = field(default_factory=dict)
+    keep_weights: bool = False
+
+    def __post_init__(self):
+        for name in ("scheme", "task", "recipe"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise TypeError(f"{name} must be a non-empty str; got {getattr(self, name)!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative int; got {self.seed!r}")
+        unknown = sorted(set(self.train) - set(TRAIN_FIELDS))
+        if unknown:
+            raise ValueError(f"train has unknown settings {unknown}; allowed: {', '.join(TRAIN_FIELDS)}")
+        defaults = TrainConfig()
+        train = {f: self.train.get(f, getattr(defaults, f)) for f in TRAIN_FIELDS}
+        TrainConfig(**train)  # validates the values
+        lengths = tuple(self.lengths)
+        if not all(isinstance(n, int) and n >= 1 for n in lengths):
+            raise ValueError(f"lengths must be positive ints; got {self.lengths!r}")
+        model = dict(self.model)
+        if self.recipe in ("sequence", "pretrain"):
+            if "causal" not in model and self.recipe == "sequence":
+                raise ValueError("model must say causal=True or False")
+            model = {**MODEL_DEFAULTS, **model}
+        if self.recipe in ("sequence", "pretrain"):
+            object.__setattr__(self, "task_kwargs", {**task_defaults(self.task), **self.task_kwargs})
+        object.__setattr__(self, "train", train)
+        object.__setattr__(self, "lengths", lengths)
+        object.__setattr__(self, "model", model)
+        for name in ("task_kwargs", "model", "eval", "options"):
+            _plain(getattr(self, name), name)
+
+    def to_dict(self) -> dict:
+        return {f.name: _plain(getattr(self, f.name), f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunSpec":
+        if not isinstance(data, dict):
+            raise TypeError(f"a run spec must be a dict; got {type(data).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown spec fields {unknown}")
+        return cls(**{k: tuple(v) if k == "lengths" else v for k, v in data.items()})
+
+    @property
+    def key(self) -> str:
+        """sha256 of the canonical JSON of the spec, 16 hex digits."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RunSpec) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def replace(self, **changes) -> "RunSpec":
+        """A copy with some fields changed (`train`/`model`/... dicts are merged, not replaced)."""
+        data = self.to_dict()
+        for k, v in changes.items():
+            data[k] = {**data[k], **v} if isinstance(data.get(k), dict) and isinstance(v, dict) else v
+        return RunSpec.from_dict(data)
+
+    def cost(self) -> float:
+        """A rough training cost in multiply-adds: 6 * parameters * tokens * steps (for estimates only)."""
+        d = self.model.get("d_model", 128)
+        layers = self.model.get("n_layers", 2)
+        tokens = self.task_kwargs.get("train_length", 32) * 2 + 2
+        return 6.0 * 12 * layers * d * d * tokens * self.train["batch_size"] * self.train["steps"]

@@ -1,0 +1,201 @@
+"""Absolute positional encodings added to (or multiplied into) the input (hook `embed`).
+
+Sinusoidal table (Vaswani et al. 2017, section 3.5), interleaved layout:
+
+    PE(p, 2i)   = sin(p / base^(2i/d))
+    PE(p, 2i+1) = cos(p / base^(2i/d)),     i = 0 .. d/2 - 1
+
+Schemes (all act once, on the token embeddings x_i, before the first block):
+
+    learned         h_i = x_i + P[i]           P: trainable [max_len, d]   (Gehring et al. 2017; BERT, GPT)
+    sinusoidal      h_i = x_i + s * PE(i)      s: learnable scalar (see `Sinusoidal`)
+    multiplicative  h_i = x_i * M[i]           M: trainable [max_len, d], init near 1
+
+Scale. The model initialises token embeddings N(0, 0.02) (GPT-2). A learned table
+gets the same N(0, 0.02) init, so content and position start at equal size. The
+sinusoidal table has entries of RMS 1/sqrt(2) ~ 0.71, 35x the tokens: added as is it
+would drown the content, which is why Vaswani et al. multiply the token embeddings by
+sqrt(d). We keep the model untouched and put the remedy in the scheme: a learnable
+scalar s (as x-transformers' `ScaledSinusoidalEmbedding`) initialised so that s * PE
+has the tokens' RMS, 0.02.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..scheme import register
+from ..scheme import PositionContext, Scheme
+
+TOKEN_INIT_STD = 0.02  # std of the model's token embeddings (posenc.model._init_weights)
+OVERFLOW = ("error", "clamp")
+
+
+def sinusoidal_angles(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """theta[p, i] = p / base^(2i/dim): [len(positions), dim/2], float64 then float32-safe."""
+    if not isinstance(dim, int) or dim < 2 or dim % 2:
+        raise ValueError(f"dim must be a positive even int; got {dim!r}")
+    if not base > 1:
+        raise ValueError(f"base must be > 1; got {base!r}")
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)  # (dim/2,)
+    return positions.to(torch.float64)[:, None] * inv_freq[None, :]                 # (P, dim/2)
+
+
+def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
+    """The [num_positions, dim] float32 table, column 2i = sin, column 2i+1 = cos (contract)."""
+    if not isinstance(num_positions, int) or num_positions < 0:
+        raise ValueError(f"num_positions must be a non-negative int; got {num_positions!r}")
+    return sinusoidal_at(torch.arange(num_positions), dim, base)
+
+
+def sinusoidal_at(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """PE at arbitrary (integer or fractional) positions: [len(positions), dim] float32."""
+    angles = sinusoidal_angles(positions, dim, base)                                # (P, dim/2)
+    return torch.stack([angles.sin(), angles.cos()], -1).flatten(-2).float()        # (P, dim) interleaved
+
+
+def sinusoidal_shift_matrix(k: float, dim: int, base: float = 10000.0) -> Tensor:
+    """M_k with PE(p + k) = M_k PE(p) for every p: block-diagonal 2x2 rotations [dim, dim].
+
+    Per pair (sin, cos) at frequency w_i = base^(-2i/dim) (angle addition):
+        [sin(w(p+k))]   [ cos wk   sin wk] [sin wp]
+        [cos(w(p+k))] = [-sin wk   cos wk] [cos wp]
+    """
+    a = sinusoidal_angles(torch.tensor([float(k)]), dim, base)[0]                  # (dim/2,)
+    c, s = a.cos(), a.sin()
+    blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (dim/2, 2, 2)
+    return torch.block_diag(*blocks).float()                                        # (dim, dim)
+
+
+def integer_positions(positions: Tensor, argument: str = "positions") -> Tensor:
+    """Check that positions are non-negative integers (a table index); return them as long."""
+    if positions.is_floating_point():
+        if not torch.equal(positions, positions.round()):
+            raise ValueError(f"{argument} must be integers for a table lookup; got fractional values")
+        positions = positions.long()
+    if positions.numel() and positions.min() < 0:
+        raise ValueError(f"{argument} must be >= 0 for a table lookup; got min {int(positions.min())}")
+    return positions
+
+
+class _TableScheme(Scheme):
+    """A trainable [max_len, d_model] table looked up at each (integer) position.
+
+    `overflow="error"` (default) raises for a position >= max_len; `"clamp"` reuses
+    the last row, to measure what an overlong input does to a trained model.
+    """
+
+    init_mean = 0.0
+
+    def __init__(self, *, init_std: float = TOKEN_INIT_STD, overflow: str = "error", **kw):
+        super().__init__(**kw)
+        if overflow not in OVERFLOW:
+            raise ValueError(f"overflow must be one of {OVERFLOW}; got {overflow!r}")
+        self.overflow = overflow
+        self.table = nn.Parameter(torch.randn(self.max_len, self.d_model) * init_std + self.init_mean)
+
+    def rows(self, ctx: PositionContext) -> Tensor:
+        """P[positions]: [seq, d_model]; ValueError (naming max_len) past the table."""
+        pos = integer_positions(ctx.positions)
+        if pos.numel() and pos.max() >= self.max_len:
+            if self.overflow == "error":
+                raise ValueError(f"sequence needs position {int(pos.max())} (length {int(pos.max()) + 1}) but the "
+                                 f"learned table has max_len={self.max_len} rows; build with a larger max_len, "
+                                 f"extend it (posenc.absolute.extend_learned_table) or pass overflow='clamp'")
+            pos = pos.clamp(max=self.max_len - 1)
+        return self.table[pos]                                                       # (T, D)
+
+
+@register("learned")
+class LearnedAbsolute(_TableScheme):
+    """h_i = x_i + P[i], P trainable, init N(0, 0.02) like the tokens (Gehring et al. 2017, eq. in section 3.1)."""
+
+    def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
+        return x + self.rows(ctx)                                                    # (B, T, D)
+
+
+@register("multiplicative")
+class Multiplicative(_TableScheme):
+    """h_i = x_i * M[i] (elementwise), M trainable, init N(1, init_std).
+
+    Initialised around 1 so that h_i starts as the content x_i with a relative
+    position modulation of size `init_std` (default 0.5); 0 would erase content.
+    """
+
+    init_mean = 1.0
+
+    def __init__(self, *, init_std: float = 0.5, **kw):
+        super().__init__(init_std=init_std, **kw)
+
+    def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
+        return x * self.rows(ctx)                                                    # (B, T, D)
+
+
+@register("sinusoidal")
+class Sinusoidal(Scheme):
+    """h_i = x_i + s * PE(i) (Vaswani et al. 2017, section 3.5), any (float) position.
+
+    Args:
+        base: the wavelength base (10000).
+        scale: "learned" (default): a trainable scalar s, initialised to
+            0.02 * sqrt(2) so that s * PE has RMS 0.02 like the token embeddings;
+            or a float: a fixed s (1.0 is the paper's table as is).
+    """
+
+    def __init__(self, *, base: float = 10000.0, scale: str | float = "learned", **kw):
+        super().__init__(**kw)
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even for a sinusoidal table; got {self.d_model}")
+        self.base = base
+        init = TOKEN_INIT_STD * math.sqrt(2)
+        if scale == "learned":
+            self.scale = nn.Parameter(torch.tensor(init))
+        elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
+            self.register_buffer("scale", torch.tensor(float(scale)), persistent=False)
+        else:
+            raise ValueError(f"scale must be 'learned' or a number; got {scale!r}")
+
+    def prepare(self, ctx: PositionContext) -> dict:
+        if ctx.positions.numel() and ctx.positions.min() < 0:
+            raise ValueError(f"positions must be >= 0; got min {float(ctx.positions.min())}")
+        return {"pe": sinusoidal_at(ctx.positions, self.d_model, self.base).to(ctx.positions.device)}  # (T, D)
+
+    def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
+        return x + self.scale * ctx.tables["pe"].to(x.dtype)                         # (B, T, D)
+
+
+EXTEND_INITS = ("random", "copy", "interpolate")
+
+
+@torch.no_grad()
+def extend_learned_table(model, new_len: int, init: str = "random") -> None:
+    """Grow a trained model's learned table from max_len to `new_len` rows, in place.
+
+    init:
+        "random":      new rows ~ N(0, 0.02), the table's own initialisation;
+        "copy":        row p = old row (p mod max_len), the old table tiled (Longformer's trick);
+        "interpolate": the whole old table resampled linearly onto new_len rows, so row
+                       p of the new table sits at old position p * (max_len-1)/(new_len-1).
+    Rows 0..max_len-1 are kept for "random" and "copy". Fine-tune afterwards.
+    """
+    scheme = getattr(model, "scheme", None)
+    if not isinstance(scheme, _TableScheme):
+        raise TypeError(f"model must use a learned table scheme ('learned' or 'multiplicative'); "
+                        f"got {type(scheme).__name__}")
+    old = scheme.table.data                                                          # (L, D)
+    if not isinstance(new_len, int) or new_len <= old.shape[0]:
+        raise ValueError(f"new_len must be an int > max_len={old.shape[0]}; got {new_len!r}")
+    if init == "random":
+        extra = torch.randn(new_len - old.shape[0], old.shape[1], device=old.device) * TOKEN_INIT_STD
+        new = torch.cat([old, extra.to(old.dtype) + type(scheme).init_mean])
+    elif init == "copy":
+        new = old[torch.arange(new_len, device=old.device) % old.shape[0]]
+    elif init == "interpolate":
+        new = F.interpolate(old.T[None], size=new_len, mode="linear", align_corners=True)[0].T
+    else:
+        raise ValueError(f"init must be one of {EXTEND_INITS}; got {init!r}")
+    scheme.table = nn.Parameter(new.contiguous())
+    scheme.max_len = new_len

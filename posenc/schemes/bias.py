@@ -1,0 +1,93 @@
+"""Relative position as a bias on the attention logits (hook 3): T5.
+
+T5 (Raffel et al. 2020, section 2.1) adds one learned scalar per head and bucket,
+
+    a_ij = q_i . k_j / sqrt(d_h) + b_h[bucket(j - i)],
+
+the same table for every layer, computed once per forward. The bucket map (Mesh
+TensorFlow's `_relative_position_bucket`) for n = |j - i| (bidirectional, with the sign
+in a separate half of the buckets) or n = max(i - j, 0) (causal), with N buckets
+(N/2 per sign when bidirectional), m = N/2 exact buckets and D = max_distance:
+
+    bucket(n) = n                                                    if n < m
+              = min(N - 1, m + floor(log(n / m) / log(D / m) * (N - m)))  otherwise.
+
+Convention: relative_position = key_pos - query_pos (T5's memory_position -
+query_position). T5 itself never divides by sqrt(d_h) (it folds the factor into the
+initialisation of W_q); here the logits are scaled by 1/sqrt(d_h) as everywhere in
+`posenc`, and the bias is added after the scaling, unscaled.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..scheme import register
+from .relative import key_positions
+from ..scheme import PositionContext, Scheme
+
+from .alibi import alibi_slopes  # noqa: F401  (contract: `posenc.bias.alibi_slopes`; ALiBi lives in posenc.alibi)
+
+
+def t5_bucket(relative_position: Tensor, bidirectional: bool = True, num_buckets: int = 32,
+              max_distance: int = 128) -> Tensor:
+    """T5's bucket id (long, same shape) of each relative_position = key_pos - query_pos (contract)."""
+    if not isinstance(relative_position, Tensor) or relative_position.is_floating_point() or relative_position.is_complex():
+        raise TypeError("relative_position must be an integer tensor (key_pos - query_pos)")
+    half = num_buckets // 2 if bidirectional else num_buckets                 # buckets per sign
+    if not isinstance(num_buckets, int) or half < 2:
+        raise ValueError(f"num_buckets must be an int >= {4 if bidirectional else 2}; got {num_buckets!r}")
+    exact = half // 2                                                         # m: one bucket per distance below m
+    if not isinstance(max_distance, int) or max_distance <= exact:
+        raise ValueError(f"max_distance must be an int > {exact} (num_buckets/4 or /2); got {max_distance!r}")
+    rel = relative_position.long()
+    if bidirectional:
+        offset, n = (rel > 0).long() * half, rel.abs()                       # keys after the query: upper half
+    else:
+        offset, n = torch.zeros_like(rel), (-rel).clamp(min=0)                # future keys -> bucket 0
+    log_ratio = torch.log(n.float() / exact) / math.log(max_distance / exact)  # float32, as in T5
+    large = (exact + (log_ratio * (half - exact)).long()).clamp(max=half - 1)
+    return offset + torch.where(n < exact, n, large)
+
+
+@register("t5")
+class T5Bias(Scheme):
+    """One learned scalar per (head, bucket), shared by all layers, added to the scaled logits.
+
+    Args:
+        num_buckets, max_distance: the bucket map's N and D (T5: 32 and 128).
+        bidirectional: two-sided buckets; defaults to `not causal`.
+    """
+
+    supports_memory = True  # works with Transformer-XL's memory (keys longer than queries)
+
+    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool | None = None, **kw):
+        super().__init__(**kw)
+        self.bidirectional = (not self.causal) if bidirectional is None else bidirectional
+        t5_bucket(torch.zeros(1, dtype=torch.long), self.bidirectional, num_buckets, max_distance)  # validate
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bias = nn.Embedding(num_buckets, self.n_heads)                    # b_h[bucket]
+
+    def prepare(self, ctx: PositionContext) -> dict:
+        q_pos, k_pos = ctx.positions, key_positions(ctx)
+        n = len(q_pos)
+        if k_pos is q_pos and _consecutive(q_pos):                            # one bucket per distance j - i
+            rel = torch.arange(1 - n, n, device=q_pos.device)                  # (2n - 1,)
+            return {"t5_distance_buckets": t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)}
+        rel = k_pos[None, :] - q_pos[:, None]                                  # (Q, K) j - i
+        rel = rel.round().long() if rel.is_floating_point() else rel
+        return {"t5_buckets": t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)}
+
+    def logit_bias(self, ctx: PositionContext) -> Tensor:
+        if "t5_distance_buckets" in ctx.tables:                                # Toeplitz: b[h, i, j] = v[h, j - i + n - 1]
+            v = self.bias(ctx.tables["t5_distance_buckets"]).T                 # (H, 2n - 1)
+            n = ctx.seq_len
+            return v.unfold(1, n, 1).flip(1)                                   # [h, a, j] = v[h, a + j], a = n - 1 - i
+        return self.bias(ctx.tables["t5_buckets"]).permute(2, 0, 1)           # (H, Q, K)
+
+
+def _consecutive(pos: Tensor) -> bool:
+    """Integer positions p0, p0 + 1, ..., p0 + n - 1 (then the bias depends on n alone)."""
+    return not pos.is_floating_point() and torch.equal(pos - pos[0], torch.arange(len(pos), device=pos.device))

@@ -1,0 +1,137 @@
+"""FLOATER: positions as the solution of an ODE (Liu et al. 2020, ICML; their eq. 5-6).
+
+    p(t) = p(0) + int_0^t h(tau, p(tau); theta) dtau,     t_i = delta * i,
+
+with h a small neural network, solved with torchdiffeq at the token positions and
+added before every block: x^(n)_i -> x^(n)_i + p^(n)(t_i) (hook `layer_input`).
+
+Our choices: one dynamics h shared by all blocks, each block n with its own learned
+initial value p^(n)(0), so one ODE solve of a [n_layers, d] state serves the whole
+model; fixed-step RK4 with one step per position (`step_size = delta`) by default,
+`method="dopri5"` for an adaptive solver, `adjoint=True` for O(1)-memory gradients.
+
+The sinusoidal table is one solution (`sinusoidal_dynamics`): a linear h(t, p) = A p
+with A block-diagonal [[0, w_i], [-w_i, 0]] / delta and p(0) = (0, 1, 0, 1, ...)
+gives p(t_i) = PE(i) exactly.
+
+Cost: the solve is sequential in t; at inference a trained FLOATER is cached once
+(`cache(num_positions)`) and then is a table lookup like any absolute encoding.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torchdiffeq import odeint, odeint_adjoint
+
+from .absolute import TOKEN_INIT_STD, sinusoidal_angles
+from ..scheme import register
+from ..scheme import PositionContext, Scheme
+
+FIXED_STEP = ("rk4", "euler", "midpoint", "explicit_adams", "implicit_adams")
+
+
+class MLPDynamics(nn.Module):
+    """h(t, p) = W_2 tanh(W_1 p + t u + b_1) + b_2, init N(0, 0.02) (a small 1-hidden-layer net)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.inp, self.out = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.time = nn.Parameter(torch.randn(hidden) * TOKEN_INIT_STD)
+        for lin in (self.inp, self.out):
+            nn.init.normal_(lin.weight, std=TOKEN_INIT_STD)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, t: Tensor, p: Tensor) -> Tensor:
+        return self.out(torch.tanh(self.inp(p) + t * self.time))                     # (..., dim)
+
+
+class LinearDynamics(nn.Module):
+    """h(t, p) = A p for a fixed matrix A [dim, dim]."""
+
+    def __init__(self, matrix: Tensor):
+        super().__init__()
+        self.register_buffer("matrix", matrix, persistent=False)
+
+    def forward(self, t: Tensor, p: Tensor) -> Tensor:
+        return p @ self.matrix.T
+
+
+def sinusoidal_dynamics(dim: int, base: float = 10000.0, delta: float = 1.0) -> tuple[LinearDynamics, Tensor]:
+    """(h, p0) whose solution at t = delta * i is the sinusoidal PE(i), interleaved layout.
+
+    d/dt (sin(w t/delta), cos(w t/delta)) = (w/delta) (cos, -sin): A = blockdiag([[0, w_i], [-w_i, 0]]) / delta.
+    """
+    w = sinusoidal_angles(torch.ones(1), dim, base)[0].float() / delta             # (dim/2,)
+    zero = torch.zeros_like(w)
+    blocks = torch.stack([torch.stack([zero, w], -1), torch.stack([-w, zero], -1)], -2)  # (dim/2, 2, 2)
+    p0 = torch.stack([zero, torch.ones_like(w)], -1).flatten()                       # (dim,) = (0, 1, 0, 1, ...)
+    return LinearDynamics(torch.block_diag(*blocks)), p0
+
+
+def solve_positions(func: nn.Module, p0: Tensor, positions: Tensor, *, delta: float, method: str = "rk4",
+                    rtol: float = 1e-5, atol: float = 1e-6, adjoint: bool = False) -> Tensor:
+    """p(delta * positions) for initial states p0 [..., d] at t=0: [..., seq, d].
+
+    The ODE is integrated once over the sorted unique times (t = 0 prepended);
+    positions may repeat, be unsorted, or be fractional, but not negative.
+    """
+    if positions.dim() != 1:
+        raise ValueError(f"positions must be 1-D; got shape {tuple(positions.shape)}")
+    if positions.numel() and positions.min() < 0:
+        raise ValueError(f"positions must be >= 0 (the ODE starts at t=0); got min {float(positions.min())}")
+    t = positions.to(p0.device, torch.float32) * delta                              # (T,)
+    grid, index = torch.unique(torch.cat([t.new_zeros(1), t]), sorted=True, return_inverse=True)
+    options = {"step_size": delta} if method in FIXED_STEP else None
+    solver = odeint_adjoint if adjoint else odeint
+    traj = solver(func, p0, grid, method=method, rtol=rtol, atol=atol, options=options)  # (K, ..., d)
+    return traj[index[1:]].movedim(0, -2)                                            # (..., T, d)
+
+
+@register("floater")
+class Floater(Scheme):
+    """x^(n)_i + p^(n)(delta * i) before every block n; p^(n) solves dp/dt = h(t, p) from a learned p^(n)(0).
+
+    Args:
+        delta: time between neighbouring positions.
+        hidden: width of h's hidden layer (default d_model).
+        method: torchdiffeq solver ("rk4" fixed step = delta, or "dopri5", ...).
+        adjoint: backpropagate with the adjoint method (memory O(1) in the steps).
+        dynamics: replace h by any module f(t, p) (e.g. `sinusoidal_dynamics`).
+    """
+
+    def __init__(self, *, delta: float = 0.1, hidden: int | None = None, method: str = "rk4",
+                 adjoint: bool = False, dynamics: nn.Module | None = None, **kw):
+        super().__init__(**kw)
+        if not delta > 0:
+            raise ValueError(f"delta must be > 0; got {delta!r}")
+        self.delta, self.method, self.adjoint = delta, method, adjoint
+        self.dynamics = dynamics if dynamics is not None else MLPDynamics(self.d_model, hidden or self.d_model)
+        self.p0 = nn.Parameter(torch.randn(self.n_layers, self.d_model) * TOKEN_INIT_STD)  # (N, D)
+        self.register_buffer("cached", torch.empty(self.n_layers, 0, self.d_model), persistent=False)
+
+    def solve(self, positions: Tensor) -> Tensor:
+        """p^(n)(delta * positions) for every block: [n_layers, seq, d_model]."""
+        return solve_positions(self.dynamics, self.p0, positions, delta=self.delta, method=self.method,
+                               adjoint=self.adjoint)
+
+    @torch.no_grad()
+    def cache(self, num_positions: int) -> Tensor:
+        """Solve once for positions 0..num_positions-1; eval-mode forwards then only index the table."""
+        if not isinstance(num_positions, int) or num_positions < 1:
+            raise ValueError(f"num_positions must be a positive int; got {num_positions!r}")
+        self.cached = self.solve(torch.arange(num_positions, device=self.p0.device))
+        return self.cached
+
+    def train(self, mode: bool = True):
+        if mode:  # parameters are about to change: a cached table would go stale
+            self.cached = self.cached[:, :0]
+        return super().train(mode)
+
+    def prepare(self, ctx: PositionContext) -> dict:
+        pos = ctx.positions
+        hit = (not self.training and not pos.is_floating_point() and pos.numel()
+               and 0 <= pos.min() and pos.max() < self.cached.shape[1])
+        return {"floater": self.cached[:, pos] if hit else self.solve(pos)}          # (N, T, D)
+
+    def layer_input(self, x: Tensor, ctx: PositionContext, layer: int) -> Tensor:
+        return x + ctx.tables["floater"][layer].to(x.dtype)                          # (B, T, D)

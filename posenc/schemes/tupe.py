@@ -1,0 +1,123 @@
+"""TUPE: Transformer with Untied Positional Encoding (Ke, He, Liu, ICLR 2021).
+
+BERT adds p_i to the word x_i, so the first layer's logit expands into four terms
+(paper Eq. 5): word-word, word-position, position-word and position-position, all
+through the same W_Q, W_K. TUPE keeps only the first and the last, each with its own
+projections, and no position at the input (paper Eq. 6, one head, d = head size):
+
+    a_ij = (x_i W_Q)(x_j W_K)^T / sqrt(2d)  +  (p_i U_Q)(p_j U_K)^T / sqrt(2d)   [+ b_{j-i}]
+           \\____ per layer (fused SDPA) ___/    \\_______ positions only _______/   \\ TUPE-R
+
+The position term depends on positions only: `prepare` computes it once per
+forward, [H, N, N], and every layer adds it as its `logit_bias` (p, U_Q, U_K shared
+by all layers, as in the paper). TUPE-R adds T5's bucketed relative bias b_{j-i}
+(`posenc.bias.t5_bucket`, one table shared by all layers).
+
+[CLS] reset (paper Eq. 7): the positional part from [CLS] (row 0, the [CLS]-[CLS]
+entry included) becomes a learned scalar theta_1, and to [CLS] (column 0, other rows)
+theta_2, so [CLS] is not drawn to its neighbours by positional locality.
+
+Options also give the paper's ablations: `cls_reset=False` (TUPE^tie-cls) and
+`cross_terms=True, cls_reset=False`: BERT with separate projections for words and
+positions (BERT-A^d), q_i = x_i W_Q + p_i U_Q, k_j = x_j W_K + p_j U_K, all four
+terms kept, scale 1/sqrt(d).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .absolute import integer_positions
+from ..scheme import register
+from ..scheme import PositionContext, Scheme
+
+
+def cls_reset(v: Tensor, theta1: Tensor, theta2: Tensor) -> Tensor:
+    """Paper Eq. 7: v[..., 0, :] -> theta1, v[..., 1:, 0] -> theta2; the rest unchanged. v: [..., N, N]."""
+    n = v.shape[-1]
+    row = torch.arange(n, device=v.device)[:, None] == 0                       # (N, 1): from [CLS]
+    col = torch.arange(n, device=v.device)[None, :] == 0                       # (1, N): to [CLS]
+    return torch.where(row, theta1.to(v.dtype), torch.where(col, theta2.to(v.dtype), v))
+
+
+def four_terms(x: Tensor, p: Tensor, w_q: Tensor, w_k: Tensor, scale: float) -> dict[str, Tensor]:
+    """The four terms of BERT's first-layer logits (paper Eq. 5, Figure 2), for one head.
+
+    x, p: [N, d_model] word and position embeddings; w_q, w_k: [d_model, d_h].
+    Returns {"word-word", "word-position", "position-word", "position-position"}: [N, N] each,
+    which sum to ((x + p) W_Q)((x + p) W_K)^T * scale.
+    """
+    qx, kx, qp, kp = x @ w_q, x @ w_k, p @ w_q, p @ w_k                         # (N, d_h) each
+    return {"word-word": qx @ kx.T * scale, "word-position": qx @ kp.T * scale,
+            "position-word": qp @ kx.T * scale, "position-position": qp @ kp.T * scale}
+
+
+@register("tupe")
+class TUPE(Scheme):
+    """Untied positional attention; TUPE-A by default, TUPE-R with `relative=True`.
+
+    Args:
+        relative: add T5's relative bias b_{j-i} (TUPE-R).
+        cls_reset: replace the [CLS] row/column of the positional term by theta_1, theta_2
+            (only when the model has a [CLS] token).
+        cross_terms: keep the word-position terms (BERT-A^d ablation; scale 1/sqrt(d)).
+        num_buckets, max_distance: T5 bucketing for TUPE-R.
+    """
+
+    def __init__(self, *, d_model, n_heads, n_layers, max_len, causal, relative: bool = False,
+                 cls_reset: bool = True, cross_terms: bool = False, num_buckets: int = 32,
+                 max_distance: int = 128):
+        super().__init__(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal)
+        for name, value in (("relative", relative), ("cls_reset", cls_reset), ("cross_terms", cross_terms)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False; got {value!r}")
+        self.relative, self.reset, self.cross_terms = relative, cls_reset, cross_terms
+        self.pos = nn.Embedding(max_len, d_model)                                # p_i, shared by all layers
+        self.u_q = nn.Linear(d_model, d_model, bias=False)                       # U_Q (all heads)
+        self.u_k = nn.Linear(d_model, d_model, bias=False)                       # U_K
+        self.theta = nn.Parameter(torch.zeros(2))                                # theta_1, theta_2
+        if relative:
+            from .bias import t5_bucket  # the relative-encodings chapter's T5 buckets
+            self._bucket = lambda rel: t5_bucket(rel, bidirectional=not causal, num_buckets=num_buckets,
+                                                 max_distance=max_distance)
+            self.rel_bias = nn.Embedding(num_buckets, n_heads)                   # b: one scalar per bucket and head
+
+    def logit_scale(self) -> float:
+        """1/sqrt(2 d_h) for TUPE's two terms; 1/sqrt(d_h) for BERT-A^d."""
+        return 1.0 / math.sqrt(self.head_dim if self.cross_terms else 2 * self.head_dim)
+
+    def heads(self, t: Tensor) -> Tensor:
+        return t.view(t.shape[0], self.n_heads, self.head_dim).transpose(0, 1)   # (N, D) -> (H, N, d_h)
+
+    def position_term(self, ctx: PositionContext) -> tuple[Tensor, Tensor, Tensor]:
+        """(p_i U_Q)(p_j U_K)^T * scale: [H, N, N], and p U_Q, p U_K: [H, N, d_h]."""
+        pos = integer_positions(ctx.positions)
+        if pos.numel() and pos.max() >= self.max_len:
+            raise ValueError(f"positions must be < max_len={self.max_len}; got {int(pos.max())}")
+        p = self.pos(pos)                                                        # (N, D)
+        pq, pk = self.heads(self.u_q(p)), self.heads(self.u_k(p))                # (H, N, d_h)
+        return pq @ pk.transpose(-2, -1) * self.logit_scale(), pq, pk
+
+    def prepare(self, ctx: PositionContext) -> dict:
+        """Once per forward: the positional logits shared by every layer."""
+        term, pq, pk = self.position_term(ctx)                                   # (H, N, N)
+        if self.relative:
+            rel = ctx.positions[None, :] - ctx.positions[:, None]                # (N, N): j - i
+            term = term + self.rel_bias(self._bucket(rel.round().long())).permute(2, 0, 1)
+        if self.reset and ctx.has_cls:
+            term = cls_reset(term, self.theta[0], self.theta[1])
+        else:  # no reset: theta stays in the graph with a zero gradient (no unused parameters)
+            term = term + 0.0 * self.theta.sum()
+        return {"tupe_bias": term, "pq": pq, "pk": pk}
+
+    def logit_bias(self, ctx: PositionContext) -> Tensor:
+        return ctx.tables["tupe_bias"]                                           # (H, N, N)
+
+    def extra_logits(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> Tensor | None:
+        """BERT-A^d only: the word-position terms (x_i W_Q)(p_j U_K)^T + (p_i U_Q)(x_j W_K)^T, scaled."""
+        if not self.cross_terms:
+            return None
+        pq, pk = ctx.tables["pq"].to(q.dtype), ctx.tables["pk"].to(q.dtype)    # (H, N, d_h)
+        return (q @ pk.transpose(-2, -1) + pq @ k.transpose(-2, -1)) * self.logit_scale()

@@ -1,0 +1,96 @@
+"""BERT-style pre-training at the book's scale: masked characters plus a [CLS] objective.
+
+Each example is a window of `train_length` characters of `CharCorpus`; with
+probability 1/2 its second half is replaced by the second half of another random
+window. The model reads `[CLS] c_1 ... c_L` and minimises (BERT's pre-training loss,
+with next-sentence prediction made character-level)
+
+    L = L_MLM + L_CLS,
+    L_MLM = mean over masked i of -log p(c_i | masked input)   (CharCorpus.mask: 15%),
+    L_CLS = -log p(y | h_[CLS]),   y = 1 if the second half continues the first.
+
+Targets travel as one long tensor [B, 1 + L] so that `posenc.train` can batch them:
+column 0 is y, columns 1.. are the masked-character targets (IGNORE elsewhere).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..model import lm_loss
+from .corpus import CharCorpus
+from .synthetic import IGNORE
+
+
+@dataclass
+class MaskedLMWithCLS:
+    """Masked-LM batches with a [CLS] continuation label, on a `CharCorpus`."""
+
+    corpus: CharCorpus
+    swap_prob: float = 0.5
+
+    def __post_init__(self):
+        if not isinstance(self.corpus, CharCorpus):
+            raise TypeError(f"corpus must be a posenc.tasks.CharCorpus; got {type(self.corpus).__name__}")
+        if not 0.0 <= self.swap_prob <= 1.0:
+            raise ValueError(f"swap_prob must lie in [0, 1]; got {self.swap_prob!r}")
+        if self.corpus.train_length < 4:
+            raise ValueError(f"corpus.train_length must be >= 4; got {self.corpus.train_length}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.corpus.vocab_size
+
+    @property
+    def train_length(self) -> int:
+        return self.corpus.train_length
+
+    def batch(self, ids: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """Inputs [B, L] (masked) and targets [B, 1 + L] (label, masked targets) from the text `ids`."""
+        L, half = self.train_length, self.train_length // 2
+        start = torch.randint(0, len(ids) - L, (2, batch_size), generator=generator)   # (2, B)
+        windows = torch.stack([ids[s: s + L] for s in start[0].tolist()])              # (B, L)
+        other = torch.stack([ids[s + half: s + L] for s in start[1].tolist()])         # (B, L - half)
+        swap = torch.rand(batch_size, generator=generator) < self.swap_prob            # (B,)
+        windows[swap, half:] = other[swap]
+        inputs, targets = self.corpus.mask(windows, generator)
+        return inputs, torch.cat([(~swap).long()[:, None], targets], 1)
+
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool = False):
+        """The `posenc.train` interface; bidirectional only."""
+        if causal:
+            raise ValueError("MaskedLMWithCLS trains bidirectional models only; got causal=True")
+        return self.batch(self.corpus.train_ids, batch_size, generator)
+
+    @torch.no_grad()
+    def evaluate(self, model, *, n_batches: int = 8, batch_size: int = 64, seed: int = 0, device=None) -> dict:
+        """Validation MLM loss (nats/char), [CLS] loss and accuracy on fixed held-out batches."""
+        model.eval()
+        g = torch.Generator().manual_seed(seed)
+        mlm = cls = acc = 0.0
+        for _ in range(n_batches):
+            x, y = self.batch(self.corpus.valid_ids, batch_size, g)
+            parts = loss_parts(model, x.to(device), y.to(device))
+            mlm, cls, acc = mlm + parts["mlm"].item(), cls + parts["cls"].item(), acc + parts["acc"].item()
+        return {"mlm": mlm / n_batches, "cls": cls / n_batches, "cls_acc": acc / n_batches}
+
+
+def loss_parts(model, x: Tensor, y: Tensor) -> dict:
+    """L_MLM, L_CLS and the [CLS] accuracy, from one pass of a model with cls_token and num_classes=2."""
+    if model.cls is None or model.classifier is None:
+        raise ValueError("the model needs cls_token=True and num_classes=2 (build_model arguments)")
+    h, _ = model.hidden_states(x)                                       # (B, 1 + L, D)
+    logits = model.classifier(h[:, 0])                                  # (B, 2)
+    return {"mlm": lm_loss(model.head(h[:, 1:]), y[:, 1:]),
+            "cls": F.cross_entropy(logits.float(), y[:, 0]),
+            "acc": (logits.argmax(-1) == y[:, 0]).float().mean()}
+
+
+def pretraining_loss(model, x: Tensor, y: Tensor) -> Tensor:
+    """L_MLM + L_CLS (the `loss_fn` of `posenc.train`)."""
+    parts = loss_parts(model, x, y)
+    return parts["mlm"] + parts["cls"]

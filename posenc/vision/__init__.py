@@ -1,0 +1,385 @@
+"""Vision Transformer positions (Dosovitskiy et al., ICLR 2021): patches, a 2-D grid, resolution change.
+
+An image x in R^{H x W x C} is cut into N = HW / P^2 patches x_p^n in R^{P^2 C} (raster
+order: patch n sits at row r = n // w, column c = n % w of the h x w = H/P x W/P grid),
+and ViT's Eq. (1) builds the token sequence
+
+    z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos,   E in R^{(P^2 C) x D},  E_pos in R^{(N+1) x D}.
+
+The 2-D schemes below are `Scheme`s, so they plug into `posenc.model.Block` like text
+schemes; they read the grid from a `GridContext`:
+
+    learned   p_n = E_pos[n]                                  (a 1-D table over the raster index)
+    sincos2d  p_{r,c} = [PE_{D/2}(r) ; PE_{D/2}(c)]           (Vaswani's table per axis, concatenated)
+    rope2d    q -> [R(r) q_{:d/2} ; R(c) q_{d/2:}], same for k   (axial RoPE: rows, then columns)
+
+At a new resolution the grid grows (P fixed). `interpolate_pos_embed` resizes a learned
+table bicubically (ViT section 3.2); `GridContext.ref_grid` makes the fixed schemes use
+the same fractional coordinates r' = (r + 1/2) h_ref / h - 1/2 that interpolation uses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..schemes.absolute import sinusoidal_at
+from ..model import Block, _init_weights, run_blocks
+from ..schemes.nope import NoPE
+from ..schemes.rotary import apply_rope
+from ..scheme import PositionContext, Scheme
+from ..model import classification_loss  # noqa: F401  (re-exported: the loss_fn for this module's tasks)
+
+
+# -- the grid ---------------------------------------------------------------------
+def check_grid(name: str, grid) -> tuple[int, int]:
+    """(h, w) as a tuple of two positive ints, or a ValueError naming the argument."""
+    if (not isinstance(grid, (tuple, list)) or len(grid) != 2
+            or not all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in grid)):
+        raise ValueError(f"{name} must be a pair of positive ints (rows, columns); got {grid!r}")
+    return int(grid[0]), int(grid[1])
+
+
+def grid_coords(grid, ref_grid=None) -> tuple[Tensor, Tensor]:
+    """Float (rows, cols), each [h*w] in raster order; with `ref_grid`, in that grid's units.
+
+        r' = (r + 1/2) h_ref / h - 1/2     (the sampling points of bicubic interpolation,
+                                             align_corners=False)
+    """
+    h, w = check_grid("grid", grid)
+    r, c = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij")
+    if ref_grid is not None:
+        rh, rw = check_grid("ref_grid", ref_grid)
+        r, c = (r + 0.5) * rh / h - 0.5, (c + 0.5) * rw / w - 0.5
+    return r.flatten(), c.flatten()                                      # 2 x (h*w,)
+
+
+@dataclass
+class GridContext(PositionContext):
+    """A `PositionContext` whose tokens (after an optional [CLS]) are an h x w patch grid."""
+
+    grid: tuple = (1, 1)
+    ref_grid: tuple | None = None  # express coordinates in this (training) grid's units
+
+    def coords(self) -> tuple[Tensor, Tensor]:
+        """(rows, cols) of the patch tokens, float [h*w] each, on the positions' device."""
+        r, c = grid_coords(self.grid, self.ref_grid)
+        return r.to(self.positions.device), c.to(self.positions.device)
+
+
+def _grid_of(ctx: PositionContext) -> GridContext:
+    if not isinstance(ctx, GridContext):
+        raise TypeError(f"2-D schemes need a posenc.vision.GridContext (built by ViT); got {type(ctx).__name__}")
+    return ctx
+
+
+# -- resolution change of a learned table ------------------------------------------
+def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *, num_prefix_tokens: int = 0) -> Tensor:
+    """Resize a learned [prefix + old_h*old_w, D] table to [prefix + new_h*new_w, D] (ViT section 3.2).
+
+    The patch rows are reshaped to the (old_h, old_w) grid, resampled bicubically to
+    (new_h, new_w) exactly as `transformers`' `ViTEmbeddings.interpolate_pos_encoding`
+    (`F.interpolate(size=new_grid, mode="bicubic", align_corners=False)`), and
+    flattened back in raster order; the first `num_prefix_tokens` rows (0, or 1 for a
+    [CLS] row) are kept unchanged. A leading batch axis [1, L, D] is accepted and kept.
+    """
+    if not isinstance(pos_embed, Tensor) or pos_embed.dim() not in (2, 3) or (pos_embed.dim() == 3 and pos_embed.shape[0] != 1):
+        got = tuple(pos_embed.shape) if isinstance(pos_embed, Tensor) else type(pos_embed).__name__
+        raise ValueError(f"pos_embed must be a tensor [length, dim] or [1, length, dim]; got {got}")
+    if not isinstance(num_prefix_tokens, int) or isinstance(num_prefix_tokens, bool) or num_prefix_tokens < 0:
+        raise ValueError(f"num_prefix_tokens must be a non-negative int (1 for a [CLS] row); got {num_prefix_tokens!r}")
+    (oh, ow), (nh, nw) = check_grid("old_grid", old_grid), check_grid("new_grid", new_grid)
+    table = pos_embed[0] if pos_embed.dim() == 3 else pos_embed                  # (L, D)
+    if table.shape[0] != num_prefix_tokens + oh * ow:
+        raise ValueError(f"pos_embed has {table.shape[0]} rows but old_grid={old_grid!r} with num_prefix_tokens="
+                         f"{num_prefix_tokens} needs {num_prefix_tokens + oh * ow}")
+    prefix, patches = table[:num_prefix_tokens], table[num_prefix_tokens:]
+    dim = table.shape[1]
+    grid = patches.float().reshape(1, oh, ow, dim).permute(0, 3, 1, 2)          # (1, D, oh, ow)
+    grid = F.interpolate(grid, size=(nh, nw), mode="bicubic", align_corners=False)  # (1, D, nh, nw)
+    patches = grid.permute(0, 2, 3, 1).reshape(nh * nw, dim).to(table.dtype)    # (nh*nw, D)
+    out = torch.cat([prefix, patches], 0)
+    return out[None] if pos_embed.dim() == 3 else out
+
+
+# -- image -> tokens ----------------------------------------------------------------
+def check_image_size(images: Tensor, patch_size: int) -> tuple[int, int]:
+    """The patch grid (H/P, W/P) of `images` [batch, channels, H, W], or a ValueError."""
+    if not isinstance(images, Tensor) or images.dim() != 4:
+        got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ValueError(f"images must be a tensor [batch, channels, height, width]; got {got}")
+    H, W = images.shape[-2:]
+    if H % patch_size or W % patch_size:
+        raise ValueError(f"image size {H}x{W} must be divisible by patch_size={patch_size}")
+    return H // patch_size, W // patch_size
+
+
+def patchify(images: Tensor, patch_size: int) -> Tensor:
+    """[B, C, H, W] -> flattened patches x_p [B, N, P^2 C] in raster order (ViT Eq. 1's x_p^n)."""
+    check_image_size(images, patch_size)
+    cols = F.unfold(images, kernel_size=patch_size, stride=patch_size)        # (B, C*P*P, N)
+    return cols.transpose(1, 2)                                               # (B, N, C*P*P)
+
+
+class PatchEmbed(nn.Module):
+    """x_p^n E + b for every patch: a P x P convolution with stride P (= `patchify` then a linear map)."""
+
+    def __init__(self, in_channels: int, d_model: int, patch_size: int):
+        super().__init__()
+        if not isinstance(patch_size, int) or patch_size < 1:
+            raise ValueError(f"patch_size must be a positive int; got {patch_size!r}")
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        grid = check_image_size(images, self.patch_size)
+        return self.proj(images).flatten(2).transpose(1, 2), grid              # (B, h*w, D), (h, w)
+
+
+class CNNStem(nn.Module):
+    """ViT's hybrid input: a small CNN's feature map, each spatial cell one token (patch size 1).
+
+    Two 3x3 conv layers (zero padding 1) and a stride-`patch_size` average pool: the
+    grid is the same as `PatchEmbed`'s, but each token sees a (P + 4) x (P + 4) window
+    that overlaps its neighbours' and, at the border, the zero padding.
+    """
+
+    def __init__(self, in_channels: int, d_model: int, patch_size: int, width: int = 16):
+        super().__init__()
+        self.patch_size = patch_size
+        self.features = nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1), nn.GELU(),
+                                      nn.Conv2d(width, width, 3, padding=1), nn.GELU(),
+                                      nn.AvgPool2d(patch_size))
+        self.proj = nn.Conv2d(width, d_model, kernel_size=1)                   # the 1x1 "patch" projection
+
+    def forward(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        grid = check_image_size(images, self.patch_size)
+        return self.proj(self.features(images)).flatten(2).transpose(1, 2), grid  # (B, h*w, D), (h, w)
+
+
+# -- 2-D schemes ----------------------------------------------------------------------
+class PatchLearned(Scheme):
+    """ViT's E_pos: a learned [1 + h*w, D] table (row 0 for [CLS]) over the raster index, Eq. (1)."""
+
+    def __init__(self, *, grid=(4, 4), **kw):
+        super().__init__(**kw)
+        self.grid = check_grid("grid", grid)
+        self.table = nn.Parameter(torch.randn(1 + self.grid[0] * self.grid[1], self.d_model) * 0.02)
+
+    def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
+        ctx = _grid_of(ctx)
+        if tuple(ctx.grid) != self.grid or not ctx.has_cls:
+            raise ValueError(f"the learned table serves a [CLS] + {self.grid} grid ({self.table.shape[0]} rows); "
+                             f"got grid={tuple(ctx.grid)}: call resize_(new_grid, mode='interpolate' or 'extend')")
+        return x + self.table[None]                                            # (B, 1+h*w, D)
+
+    @torch.no_grad()
+    def resize_(self, new_grid, mode: str = "interpolate") -> None:
+        """Adapt the table to `new_grid` in place.
+
+        mode="interpolate": ViT's bicubic 2-D resize (`interpolate_pos_embed`, [CLS] row kept).
+        mode="extend": no adaptation, the 1-D view: reuse rows in raster order, new rows zero.
+        """
+        new_grid = check_grid("new_grid", new_grid)
+        if mode == "interpolate":
+            table = interpolate_pos_embed(self.table, self.grid, new_grid, num_prefix_tokens=1)
+        elif mode == "extend":
+            table = self.table.new_zeros(1 + new_grid[0] * new_grid[1], self.d_model)
+            n = min(len(table), len(self.table))
+            table[:n] = self.table[:n]
+        else:
+            raise ValueError(f"mode must be 'interpolate' or 'extend'; got {mode!r}")
+        self.table, self.grid = nn.Parameter(table), new_grid
+
+    def patch_table(self) -> Tensor:
+        """The patch rows [h*w, D] (no [CLS]) for similarity maps."""
+        return self.table[1:]
+
+
+class SinCos2D(Scheme):
+    """Fixed 2-D sinusoidal positions: p_{r,c} = [PE_{D/2}(r) ; PE_{D/2}(c)], [CLS] gets 0.
+
+    PE_k is Vaswani et al.'s interleaved table (`posenc.absolute.sinusoidal_at`); each
+    axis gets half the width, so D must be a multiple of 4.
+    """
+
+    def __init__(self, *, base: float = 10000.0, grid=None, **kw):
+        super().__init__(**kw)
+        if self.d_model % 4:
+            raise ValueError(f"sincos2d needs d_model divisible by 4; got d_model={self.d_model}")
+        self.base = base
+
+    def table(self, ctx: GridContext) -> Tensor:
+        """[h*w, D]: row coordinates in the first D/2 columns, column coordinates in the rest."""
+        r, c = grid_coords(ctx.grid, ctx.ref_grid)                             # on CPU, where sinusoidal_at works
+        half = self.d_model // 2
+        p = torch.cat([sinusoidal_at(r, half, self.base), sinusoidal_at(c, half, self.base)], -1)  # (h*w, D)
+        return p.to(ctx.positions.device)
+
+    def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
+        ctx = _grid_of(ctx)
+        p = self.table(ctx).to(x.dtype)                                        # (h*w, D)
+        if ctx.has_cls:
+            p = torch.cat([p.new_zeros(1, p.shape[1]), p], 0)                  # (1+h*w, D)
+        return x + p[None]
+
+
+def axial_rope(x: Tensor, rows: Tensor, cols: Tensor, base: float = 100.0, layout: str = "interleaved") -> Tensor:
+    """Axial 2-D RoPE of x [..., h*w, d]: rotate x_{:d/2} by the rows, x_{d/2:} by the columns.
+
+        R(r, c) = diag(R_{d/2}(r), R_{d/2}(c)),   <R(r_m, c_m) q, R(r_n, c_n) k> = f(q, k, r_m - r_n, c_m - c_n)
+
+    since each block is a 1-D RoPE (RoFormer Eq. 16) on its own half; `posenc.rotary.apply_rope` does each.
+    """
+    half = x.shape[-1] // 2
+    if x.shape[-1] % 4:
+        raise ValueError(f"axial RoPE needs a head dim divisible by 4 (two rotated halves); got {x.shape[-1]}")
+    return torch.cat([apply_rope(x[..., :half], rows, base, layout),
+                      apply_rope(x[..., half:], cols, base, layout)], -1)      # (..., h*w, d)
+
+
+class AxialRoPE(Scheme):
+    """Axial 2-D RoPE on hook `transform_qk`: half of each head's rotary dims for rows, half for columns.
+
+    The [CLS] query/key is not rotated (it has no place on the grid). `base` defaults to
+    100, the value Heo et al. (ECCV 2024) use for image grids: with a grid of tens of
+    patches, base 10000 would leave most frequencies nearly constant.
+    """
+
+    def __init__(self, *, base: float = 100.0, layout: str = "interleaved", grid=None, **kw):
+        super().__init__(**kw)
+        if self.head_dim % 4:
+            raise ValueError(f"rope2d needs head_dim = d_model / n_heads divisible by 4; got {self.head_dim}")
+        self.base, self.layout = float(base), layout
+
+    def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:
+        ctx = _grid_of(ctx)
+        rows, cols = ctx.coords()
+        n = int(ctx.has_cls)                                                   # leading [CLS] rows stay as they are
+
+        def rot(x):                                                            # (B, H, n + h*w, d_h)
+            return torch.cat([x[..., :n, :], axial_rope(x[..., n:, :], rows, cols, self.base, self.layout)], -2)
+        return rot(q), rot(k)
+
+
+def _check_vision_scheme(name: str) -> type[Scheme]:
+    if name not in VISION_SCHEMES:
+        raise ValueError(f"unknown vision scheme {name!r}; known: {', '.join(sorted(VISION_SCHEMES))}")
+    return VISION_SCHEMES[name]
+
+
+VISION_SCHEMES: dict[str, type[Scheme]] = {"none": NoPE, "learned": PatchLearned, "sincos2d": SinCos2D, "rope2d": AxialRoPE}
+
+
+# -- the model --------------------------------------------------------------------------
+class ViT(nn.Module):
+    """[CLS] + patch (or CNN) tokens, pre-LN `posenc.model.Block`s sharing one scheme, a linear head on [CLS].
+
+    Args:
+        scheme: a (2-D) positional `Scheme`; it sees a `GridContext`.
+        stem: "patch" (ViT's linear patch embedding) or "cnn" (the hybrid input).
+    """
+
+    causal = False
+
+    def __init__(self, scheme: Scheme, *, patch_size: int, num_classes: int, in_channels: int = 1,
+                 d_model: int = 64, n_heads: int = 4, n_layers: int = 2, d_ff: int | None = None,
+                 dropout: float = 0.0, stem: str = "patch"):
+        super().__init__()
+        if stem not in ("patch", "cnn"):
+            raise ValueError(f"stem must be 'patch' or 'cnn'; got {stem!r}")
+        self.scheme = scheme
+        self.stem = (PatchEmbed if stem == "patch" else CNNStem)(in_channels, d_model, patch_size)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d_model))
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff or 4 * d_model, i, dropout) for i in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, num_classes)
+        self.apply(_init_weights)
+
+    def forward(self, images: Tensor, ref_grid=None) -> Tensor:
+        """images [B, C, H, W] -> class logits [B, num_classes] (read from [CLS])."""
+        return self.head(self.hidden_states(images, ref_grid)[0][:, 0])
+
+    @torch.no_grad()
+    def attention_maps(self, images: Tensor, ref_grid=None) -> list[Tensor]:
+        """Every layer's attention weights [B, heads, 1+h*w, 1+h*w] ([CLS] first)."""
+        return self.hidden_states(images, ref_grid, need_weights=True)[1]
+
+    def hidden_states(self, images: Tensor, ref_grid=None, need_weights: bool = False):
+        x, grid = self.stem(images)                                            # (B, N, D), (h, w)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)             # (B, 1+N, D)
+        ctx = GridContext(torch.arange(x.shape[1], device=x.device), causal=False, has_cls=True, grid=grid,
+                          ref_grid=None if ref_grid is None else check_grid("ref_grid", ref_grid))
+        ctx.tables = self.scheme.prepare(ctx)
+        ctx.attn_mask = self.scheme.logit_bias(ctx)                            # hook 3, shared by layers
+        x = self.scheme.embed(x, ctx)                                          # hook 1
+        x, maps, _ = run_blocks(self.blocks, self.scheme, x, ctx, need_weights)
+        return self.ln_f(x), maps
+
+
+def build_vit(scheme: str, *, image_size: int, patch_size: int, num_classes: int, in_channels: int = 1,
+              d_model: int = 64, n_heads: int = 4, n_layers: int = 2, d_ff: int | None = None,
+              dropout: float = 0.0, stem: str = "patch", **scheme_kwargs) -> ViT:
+    """A `ViT` for square `image_size` images using the vision scheme called `scheme`."""
+    cls = _check_vision_scheme(scheme)
+    if not isinstance(image_size, int) or not isinstance(patch_size, int) or patch_size < 1 or image_size % patch_size:
+        raise ValueError(f"image_size={image_size!r} must be divisible by patch_size={patch_size!r}")
+    if scheme == "learned":
+        scheme_kwargs.setdefault("grid", (image_size // patch_size,) * 2)
+    n = (image_size // patch_size) ** 2 + 1
+    module = cls(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=n, causal=False, **scheme_kwargs)
+    return ViT(module, patch_size=patch_size, num_classes=num_classes, in_channels=in_channels, d_model=d_model,
+               n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout, stem=stem)
+
+
+# -- data: scikit-learn's 8x8 digits, upsampled -------------------------------------------
+class DigitsTask:
+    """The 1797 8x8 digits of `sklearn.datasets.load_digits`, bilinearly upsampled to `image_size`.
+
+    A fixed split (`test_fraction`, drawn once from `split_seed`); training batches come
+    from the generator `posenc.train` passes, with random shifts of up to `max_shift`
+    pixels (of the upsampled image) as augmentation. Pixels are standardised with the
+    training split's mean and standard deviation.
+    """
+
+    num_classes = 10
+
+    def __init__(self, image_size: int = 16, *, test_fraction: float = 0.25, split_seed: int = 0, max_shift: int = 0):
+        if not isinstance(image_size, int) or image_size < 8:
+            raise ValueError(f"image_size must be an int >= 8; got {image_size!r}")
+        from sklearn.datasets import load_digits  # ships with scikit-learn, no download
+        digits = load_digits()
+        x = torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0    # (1797, 1, 8, 8)
+        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
+        y = torch.tensor(digits.target, dtype=torch.long)
+        order = torch.randperm(len(y), generator=torch.Generator().manual_seed(split_seed))
+        n_test = int(round(test_fraction * len(y)))
+        self.image_size, self.max_shift = image_size, max_shift
+        mean, std = x[order[n_test:]].mean(), x[order[n_test:]].std()
+        x = (x - mean) / std
+        self.test_x, self.test_y = x[order[:n_test]], y[order[:n_test]]
+        self.train_x, self.train_y = x[order[n_test:]], y[order[n_test:]]
+
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool = False):
+        """(images [B, 1, S, S], labels [B]) drawn with replacement, randomly shifted."""
+        idx = torch.randint(0, len(self.train_y), (batch_size,), generator=generator)
+        x = self.train_x[idx]
+        if self.max_shift:
+            dy, dx = torch.randint(-self.max_shift, self.max_shift + 1, (2,), generator=generator).tolist()
+            x = torch.roll(x, (dy, dx), dims=(-2, -1))
+        return x, self.train_y[idx]
+
+    @torch.no_grad()
+    def accuracy(self, model: nn.Module, split: str = "test", batch_size: int = 512, **forward_kwargs) -> float:
+        """Fraction of `split` ("test" or "train") images classified correctly."""
+        if split not in ("test", "train"):
+            raise ValueError(f"split must be 'test' or 'train'; got {split!r}")
+        xs, ys = (self.test_x, self.test_y) if split == "test" else (self.train_x, self.train_y)
+        device, correct = next(model.parameters()).device, 0
+        model.eval()
+        for i in range(0, len(ys), batch_size):
+            pred = model(xs[i:i + batch_size].to(device), **forward_kwargs).argmax(-1).cpu()
+            correct += int((pred == ys[i:i + batch_size]).sum())
+        return correct / len(ys)

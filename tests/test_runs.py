@@ -1,0 +1,162 @@
+"""The run store: specs hash every setting, records are atomic and checked, ensure runs only what is missing,
+and the runner survives SIGKILL with records identical to an uninterrupted run."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import posenc
+from posenc.runs import RunSpec, Store, ensure, missing, run_specs
+from posenc.runs.plans import names, plan
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tiny(seed=0, steps=20, scheme="nope", **train):
+    return RunSpec(scheme=scheme, task="synthetic", task_kwargs={"name": "kback", "train_length": 6},
+                   model={"d_model": 16, "n_heads": 2, "n_layers": 1, "causal": True},
+                   train={"steps": steps, "batch_size": 8, "warmup": 2, "log_every": 7, **train}, seed=seed,
+                   lengths=(6, 12), eval={"n_samples": 16})
+
+
+def test_every_setting_changes_the_key_and_defaults_are_explicit():
+    base = tiny()
+    assert base.key == tiny().key and len(base.key) == 16
+    variants = [tiny(seed=1), tiny(steps=21), tiny(lr=2e-3), tiny(scheme="rope"), base.replace(lengths=(6,)),
+                base.replace(model={"d_model": 32}), base.replace(task_kwargs={"k": 1}), base.replace(eval={"n_samples": 8}),
+                base.replace(options={"x": 1}), base.replace(keep_weights=True)]
+    assert len({v.key for v in variants} | {base.key}) == len(variants) + 1
+    # a default written out explicitly is the same run
+    assert tiny(weight_decay=0.01).key == base.key
+    assert base.train["grad_clip"] == 1.0 and base.task_kwargs["n_symbols"] == 16 and base.model["dropout"] == 0.0
+    assert RunSpec.from_dict(json.loads(json.dumps(base.to_dict()))) == base
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(train={"stepz": 3}), "unknown settings"),
+    (dict(train={"steps": 0}), "steps"),
+    (dict(seed=-1), "seed"),
+    (dict(lengths=(0,)), "lengths"),
+    (dict(model={"d_model": 16}), "causal"),
+    (dict(task="nosuchtask"), "unknown task"),
+    (dict(model={"causal": True, "f": object()}), "JSON"),
+])
+def test_bad_specs_are_refused_naming_the_field(bad, match):
+    kwargs = dict(scheme="nope", task="synthetic", task_kwargs={"name": "copy"}, model={"causal": True})
+    with pytest.raises((ValueError, TypeError), match=match):
+        RunSpec(**{**kwargs, **bad})
+
+
+def test_store_round_trip_is_atomic_and_a_corrupt_record_is_reported_and_rerun(tmp_path):
+    store = Store("ci", tmp_path)
+    spec = tiny()
+    [rec] = ensure([spec], store=store)
+    assert rec.spec == spec and rec["key"] == spec.key and rec["profile"] == "ci"
+    assert [r["length"] for r in rec.table] == [6, 12] and rec.history[-1]["step"] == 20
+    assert rec["version"]["posenc"] == posenc.__version__ and rec["machine"].startswith("cpu")
+    assert [p.name for p in store.folder.iterdir()] == [f"{spec.key}.json"]          # no temporary files left
+    store.path(spec).write_text('{"key": "truncated')                                 # a corrupt record
+    with pytest.warns(UserWarning, match=str(store.path(spec))):
+        assert missing([spec], store=store) == [spec]
+    with pytest.warns(UserWarning, match="corrupt"):
+        [again] = ensure([spec], store=store)
+    assert again["table"] == rec["table"] and again["history"] == rec["history"]      # rerun, bit-identical
+    other = tiny(seed=1)
+    store.path(other).write_text(store.path(spec).read_text())                        # a record under the wrong name
+    with pytest.warns(UserWarning, match="does not hash"):
+        assert store.get(other) is None
+
+
+def test_ensure_runs_only_what_is_missing_and_load_only_refuses(tmp_path, monkeypatch):
+    store = Store("ci", tmp_path)
+    ensure([tiny()], store=store)
+    ran = []
+    monkeypatch.setattr(sys.modules["posenc.runs.execute"], "get_recipe", lambda name: lambda s, dev: ran.append(s) or 1 / 0)
+    ensure([tiny()], store=store)                                                      # stored: nothing runs
+    assert ran == []
+    with pytest.raises(LookupError, match="python -m posenc.runs"):
+        ensure([tiny(seed=5)], store=store, load_only=True)
+
+
+def test_weights_are_kept_and_loaded_safely(tmp_path):
+    store = Store("ci", tmp_path)
+    spec = tiny().replace(keep_weights=True)
+    [rec] = ensure([spec], store=store)
+    state = rec.state_dict()
+    assert "tok.weight" in state
+    store.weights_path(spec).write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=str(store.weights_path(spec))):
+        rec.state_dict()
+
+
+def test_worker_processes_give_the_records_of_one_process(tmp_path):
+    specs = [tiny(seed=s) for s in range(3)]
+    one, two = Store("ci", tmp_path / "one"), Store("ci", tmp_path / "two")
+    run_specs(specs, one, workers=1, progress=False)
+    out = run_specs(specs, two, workers=2, progress=False)
+    assert sorted(out["done"]) == sorted(s.key for s in specs) and not out["failed"]
+    for s in specs:
+        assert one.get(s)["table"] == two.get(s)["table"] and one.get(s)["history"] == two.get(s)["history"]
+
+
+RUNNER = """
+import sys
+from posenc.runs import Store, run_specs
+sys.path.insert(0, {tests!r})
+from test_runs import tiny
+specs = [tiny(seed=s, steps=60) for s in range(6)]
+run_specs(specs, Store("ci", {root!r}), workers=2, progress=False)
+"""
+
+
+def test_sigkill_at_random_moments_then_resume_gives_identical_records(tmp_path):
+    specs = [tiny(seed=s, steps=60) for s in range(6)]
+    reference = Store("ci", tmp_path / "reference")
+    run_specs(specs, reference, workers=1, progress=False)
+    root = tmp_path / "killed"
+    code = RUNNER.format(tests=str(Path(__file__).parent), root=str(root))
+    rng = random.Random(0)
+    kills = 0
+    for attempt in range(40):
+        proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if kills < 5:
+            time.sleep(rng.uniform(1.0, 6.0))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)                     # the runner and its workers at once
+                kills += 1
+        proc.wait()
+        store = Store("ci", root)
+        if kills >= 5 and not missing(specs, store=store):
+            break
+    assert kills == 5
+    store = Store("ci", root)
+    assert not list(store.folder.glob("*.tmp")) and not list(store.folder.glob(".*"))
+    for s in specs:
+        assert store.get(s)["table"] == reference.get(s)["table"]
+        assert store.get(s)["history"] == reference.get(s)["history"]
+
+
+def test_every_chapter_plan_is_a_list_of_labelled_specs():
+    for name in names():
+        for profile in ("ci", "full"):
+            labelled = plan(name, profile)
+            assert all(isinstance(lab, dict) and isinstance(s, RunSpec) for lab, s in labelled)
+            keys = [tuple(sorted(lab.items())) for lab, _ in labelled]
+            assert len(keys) == len(set(keys)), f"{name}/{profile}: two runs share a label"
+
+
+def test_the_runner_dry_run_lists_missing_runs_with_an_estimate(tmp_path):
+    env = {**os.environ, "POSENC_CI_STORE": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "posenc.runs", "--profile", "ci", "--chapters", "02_sinusoidal",
+                          "--dry-run"], capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout
+    assert "02_sinusoidal" in out and "runs missing" in out and "min" in out
+    bad = subprocess.run([sys.executable, "-m", "posenc.runs", "--chapters", "99_nothing"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "unknown chapters" in bad.stderr
