@@ -67,3 +67,44 @@ def build_untrained(spec) -> torch.nn.Module:
         kwargs["max_len"] = max(task.seq_len(n, spec.model["causal"]) if hasattr(task, "seq_len") else n
                                 for n in spec.lengths)
     return build_model(spec.scheme, task.vocab_size, causal=spec.model["causal"], **kwargs)
+
+
+@recipe("learned_extension")
+def learned_extension(spec, device: str = "cpu") -> dict:
+    """Chapter 01: a learned table trained on n <= L, then extended to 2L three ways and fine-tuned.
+
+    Rows: one {"stage": "base", acc_L, acc_2L_clamped (the last row reused past L)}, then
+    {"stage": "recovery", init, steps, acc_2L, acc_L} after every chunk of fine-tuning on
+    n <= 2L, for each init in options["inits"] (random, copy, interpolate).
+    """
+    import copy
+    from ..schemes.absolute import extend_learned_table
+    from ..tasks import SyntheticTask
+    from .train import train
+    opts = {"chunk": 25, "chunks": 6, "inits": ["random", "copy", "interpolate"], "lr": 2e-3, **spec.options}
+    task = make_task(spec.task, **spec.task_kwargs)
+    L = task.train_length
+    long_task = SyntheticTask(**{**spec.task_kwargs, "train_length": 2 * L, "max_eval_factor": 1})
+    out = sequence(spec, device)
+    base = out["model"]
+    dev = next(base.parameters()).device
+    base.scheme.overflow = "clamp"                       # only to measure 2L: reuse the last row
+    clamped = task.evaluate(base, 2 * L, device=dev)["accuracy"]
+    base.scheme.overflow = "error"
+    rows = [{"stage": "base", "acc_L": out["table"][0]["accuracy"], "acc_2L_clamped": clamped,
+             "table_rows": base.scheme.max_len}]
+
+    def both(model):
+        return {"acc_2L": long_task.evaluate(model, 2 * L, n_samples=128, device=dev)["accuracy"],
+                "acc_L": long_task.evaluate(model, L, n_samples=128, device=dev)["accuracy"]}
+
+    for init in opts["inits"]:
+        model = copy.deepcopy(base)
+        extend_learned_table(model, long_task.seq_len(2 * L, causal=True), init)
+        rows.append({"stage": "recovery", "init": init, "steps": 0, **both(model)})
+        for c in range(opts["chunks"]):
+            cfg = TrainConfig(steps=opts["chunk"], batch_size=spec.train["batch_size"], lr=opts["lr"], warmup=1,
+                              min_lr_ratio=1.0, seed=1000 * (c + 1) + spec.seed, progress=False, device=device)
+            train(model, long_task, cfg)
+            rows.append({"stage": "recovery", "init": init, "steps": (c + 1) * opts["chunk"], **both(model)})
+    return {**out, "table": rows}

@@ -55,3 +55,18 @@ def multiplicative(profile: str):
     main = _pair(("learned", "multiplicative"), size, seeds=(0, 1, 2), lm_seeds=(0,) if ci else (0, 1, 2), **common)
     family = _pair(("sinusoidal", "floater", "nope"), size, seeds=(0,) if ci else (0, 1, 2), **common)
     return main + family
+
+
+@declare("01_learned")
+def learned(profile: str):
+    """kback at L with a learned table, then the table extended to 2L (random, copy, interpolate) and fine-tuned."""
+    size = {"ci": dict(L=8, steps=400, batch_size=32, d_model=32, n_layers=2, chunk=25, chunks=6, seeds=(0,)),
+            "full": dict(L=32, steps=3000, batch_size=128, d_model=128, n_layers=4, chunk=100, chunks=8,
+                         seeds=(0, 1, 2))}.get(profile)
+    if size is None:
+        return []
+    return [({"seed": s},
+             synthetic("learned", "kback", size["L"], steps=size["steps"], batch_size=size["batch_size"],
+                       d_model=size["d_model"], n_layers=size["n_layers"], seed=s, max_eval_factor=2, factors=(1,))
+             .replace(recipe="learned_extension", options={"chunk": size["chunk"], "chunks": size["chunks"]}))
+            for s in size["seeds"]]

@@ -1,0 +1,72 @@
+"""Chapters 05-07b and 14: Shaw's clipping ablation, T5's bias, the relative schemes side by side, ALiBi."""
+from __future__ import annotations
+
+from . import declare
+from ._common import lm, synthetic
+
+FULL_SEEDS, CI_SEEDS = (0, 1, 2), (0,)
+
+
+@declare("05_shaw")
+def shaw(profile: str):
+    """Shaw et al.'s Tables 2 and 3 on bidirectional kback (L = 16): clipping distance k, keys/values."""
+    size = {"ci": dict(steps=300, batch_size=32, d_model=32, n_layers=2, seeds=CI_SEEDS),
+            "full": dict(steps=3000, batch_size=128, d_model=128, n_layers=3, seeds=FULL_SEEDS)}.get(profile)
+    if size is None:
+        return []
+    variants = {f"k={k}": dict(max_distance=k) for k in (0, 1, 2, 4, 16)}
+    variants |= {"keys only, k=16": dict(max_distance=16, values=False),
+                 "values only, k=16": dict(max_distance=16, keys=False)}
+    return [({"variant": name, "seed": s},
+             synthetic("shaw", "kback", 16, steps=size["steps"], batch_size=size["batch_size"], d_model=size["d_model"],
+                       n_layers=size["n_layers"], warmup=30, seed=s, factors=(1, 2, 4), causal=False,
+                       keep_weights=name == "k=4" and s == 0, **kwargs))
+            for name, kwargs in variants.items() for s in size["seeds"]]
+
+
+@declare("07_t5")
+def t5(profile: str):
+    size = {"ci": dict(L=64, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=4096, seeds=CI_SEEDS),
+            "full": dict(L=256, steps=4000, batch_size=32, d_model=256, n_layers=4, max_tokens=65536,
+                         seeds=FULL_SEEDS)}.get(profile)
+    if size is None:
+        return []
+    return [({"scheme": "t5", "seed": s},
+             lm("t5", size["L"], steps=size["steps"], batch_size=size["batch_size"], d_model=size["d_model"],
+                n_layers=size["n_layers"], lr=2e-3, warmup=40, seed=s, max_tokens=size["max_tokens"],
+                keep_weights=s == size["seeds"][0]))
+            for s in size["seeds"]]
+
+
+@declare("07b_relative_comparison")
+def relative_comparison(profile: str):
+    size = {"ci": dict(L=64, lm_steps=300, lm_batch=16, d_model=64, n_layers=2, max_tokens=4096, task_steps=300,
+                       task_batch=32, task_d_model=32, seeds=CI_SEEDS),
+            "full": dict(L=256, lm_steps=4000, lm_batch=32, d_model=256, n_layers=4, max_tokens=65536,
+                         task_steps=3000, task_batch=128, task_d_model=128, seeds=FULL_SEEDS)}.get(profile)
+    if size is None:
+        return []
+    out = []
+    for scheme in ("nope", "sinusoidal", "shaw", "xl", "t5"):
+        for s in size["seeds"]:
+            out.append(({"task": "kback", "scheme": scheme, "seed": s},
+                        synthetic(scheme, "kback", 16, k=3, steps=size["task_steps"], batch_size=size["task_batch"],
+                                  d_model=size["task_d_model"], n_layers=2, warmup=30, seed=s, factors=(1, 2, 4))))
+            out.append(({"task": "lm", "scheme": scheme, "seed": s},
+                        lm(scheme, size["L"], steps=size["lm_steps"], batch_size=size["lm_batch"],
+                           d_model=size["d_model"], n_layers=size["n_layers"], lr=2e-3, warmup=40, seed=s,
+                           max_tokens=size["max_tokens"])))
+    return out
+
+
+@declare("14_alibi")
+def alibi(profile: str):
+    size = {"ci": dict(L=64, steps=300, batch_size=32, d_model=64, n_layers=2, max_tokens=8192, seeds=CI_SEEDS),
+            "full": dict(L=256, steps=6000, batch_size=64, d_model=256, n_layers=4, max_tokens=None,
+                         seeds=FULL_SEEDS)}.get(profile)
+    if size is None:
+        return []
+    return [({"scheme": scheme, "seed": s},
+             lm(scheme, size["L"], steps=size["steps"], batch_size=size["batch_size"], d_model=size["d_model"],
+                n_layers=size["n_layers"], n_heads=8, lr=2e-3, warmup=100, seed=s, max_tokens=size["max_tokens"]))
+            for scheme in ("alibi", "nope", "sinusoidal", "rope", "t5") for s in size["seeds"]]
