@@ -108,3 +108,29 @@ def learned_extension(spec, device: str = "cpu") -> dict:
             train(model, long_task, cfg)
             rows.append({"stage": "recovery", "init": init, "steps": (c + 1) * opts["chunk"], **both(model)})
     return {**out, "table": rows}
+
+
+@recipe("xl_memory")
+def xl_memory(spec, device: str = "cpu") -> dict:
+    """Chapter 06: Transformer-XL trained on windows of two segments (memory carried), scored with memories.
+
+    options: segment (L) and mem_lens; the corpus windows are 2L long. Rows: {mem_len, mem/L, bpc,
+    by_offset (mean NLL at each offset in a segment)} from `evaluate_with_memory`.
+    """
+    from ..model import build_model
+    from .recurrence import evaluate_with_memory, segment_loss
+    from .train import pick_device, train
+    L = spec.options["segment"]
+    corpus = make_task(spec.task, **spec.task_kwargs)
+    if corpus.train_length != 2 * L:
+        raise ValueError(f"task_kwargs train_length must be 2 * segment = {2 * L}; got {corpus.train_length}")
+    torch.manual_seed(spec.seed)
+    kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
+    model = build_model(spec.scheme, corpus.vocab_size, causal=True, max_len=2 * L, **kwargs).to(pick_device(device))
+    result = train(model, corpus, train_config(spec, device), loss_fn=lambda m, x, y: segment_loss(m, x, y, L))
+    dev = next(model.parameters()).device
+    rows = []
+    for M in spec.options["mem_lens"]:
+        ev = evaluate_with_memory(model, corpus, L, M, max_tokens=spec.eval.get("max_tokens", 32768), device=dev)
+        rows.append({"mem_len": M, "mem/L": M / L, "bpc": ev["bpc"], "by_offset": ev["nll_by_offset"]})
+    return {"table": rows, "history": result.history, "final_loss": result.final_loss, "model": model}

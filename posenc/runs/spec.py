@@ -79,8 +79,8 @@ class RunSpec:
         if not all(isinstance(n, int) and n >= 1 for n in lengths):
             raise ValueError(f"lengths must be positive ints; got {self.lengths!r}")
         model = dict(self.model)
-        if self.recipe in ("sequence", "pretrain"):
-            if "causal" not in model and self.recipe == "sequence":
+        if self.recipe == "sequence":
+            if "causal" not in model:
                 raise ValueError("model must say causal=True or False")
             model = {**MODEL_DEFAULTS, **model}
         if self.recipe in ("sequence", "pretrain"):

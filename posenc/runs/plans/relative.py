@@ -70,3 +70,19 @@ def alibi(profile: str):
              lm(scheme, size["L"], steps=size["steps"], batch_size=size["batch_size"], d_model=size["d_model"],
                 n_layers=size["n_layers"], n_heads=8, lr=2e-3, warmup=100, seed=s, max_tokens=size["max_tokens"]))
             for scheme in ("alibi", "nope", "sinusoidal", "rope", "t5") for s in size["seeds"]]
+
+
+@declare("06_transformer_xl")
+def transformer_xl(profile: str):
+    """Transformer-XL trained on two segments of L with memory, scored with memories 0 to 4L."""
+    size = {"ci": dict(segment=32, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=8192, seeds=CI_SEEDS),
+            "full": dict(segment=128, steps=4000, batch_size=32, d_model=256, n_layers=4, max_tokens=131072,
+                         seeds=FULL_SEEDS)}.get(profile)
+    if size is None:
+        return []
+    L = size["segment"]
+    return [({"seed": s},
+             lm("xl", 2 * L, steps=size["steps"], batch_size=size["batch_size"], d_model=size["d_model"],
+                n_layers=size["n_layers"], lr=2e-3, warmup=40, seed=s, max_tokens=size["max_tokens"], factors=())
+             .replace(recipe="xl_memory", options={"segment": L, "mem_lens": [0, L // 2, L, 2 * L, 4 * L]}))
+            for s in size["seeds"]]
