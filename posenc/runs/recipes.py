@@ -134,3 +134,58 @@ def xl_memory(spec, device: str = "cpu") -> dict:
         ev = evaluate_with_memory(model, corpus, L, M, max_tokens=spec.eval.get("max_tokens", 32768), device=dev)
         rows.append({"mem_len": M, "mem/L": M / L, "bpc": ev["bpc"], "by_offset": ev["nll_by_offset"]})
     return {"table": rows, "history": result.history, "final_loss": result.final_loss, "model": model}
+
+
+@recipe("classify")
+def classify(spec, device: str = "cpu") -> dict:
+    """Chapter 10: a sentence classifier (`posenc.schemes.complex_order.build_classifier`) on an order task.
+
+    `spec.scheme` names the classifier family (complex-order, complex-vanilla, or any scheme);
+    one row: {parameters, accuracy, final_loss}.
+    """
+    from ..model import classification_loss
+    from ..schemes.complex_order import build_classifier
+    from .train import pick_device, train
+    task = make_task(spec.task, **spec.task_kwargs)
+    torch.manual_seed(spec.seed)
+    model = build_classifier(spec.scheme, task.vocab_size, 2, max_len=task.length, **spec.model)
+    model.to(pick_device(device))
+    result = train(model, task, train_config(spec, device), loss_fn=classification_loss)
+    row = {"parameters": sum(p.numel() for p in model.parameters()),
+           "accuracy": task.evaluate(model.cpu())["accuracy"], "final_loss": result.final_loss}
+    return {"table": [row], "history": result.history, "final_loss": result.final_loss, "model": model}
+
+
+@recipe("rope_extension")
+def rope_extension(spec, device: str = "cpu") -> dict:
+    """Chapter 11: a RoPE LM trained at L (the `sequence` recipe, same numbers), then extended to 4L.
+
+    Variants: position interpolation (PI) and NTK-aware scaling by options["factor"], each with
+    and without a short fine-tune on windows of 4L (options ft_steps, ft_batch), and plain RoPE
+    fine-tuned. Rows: {variant, length, x_train, <LM metrics>} at spec.lengths.
+    """
+    import copy
+    from .evaluate import length_table
+    from .train import train
+    opts = {"factor": 4, "ft_steps": 40, "ft_batch": 8, "ft_lr": 1e-3, **spec.options}
+    base = sequence(spec, device)
+    corpus = make_task(spec.task, **spec.task_kwargs)
+    long_corpus = make_task(spec.task, **{**spec.task_kwargs, "train_length": 4 * corpus.train_length})
+
+    def variant(scaling, factor, finetune):
+        m = copy.deepcopy(base["model"])
+        m.scheme.set_scaling(scaling, factor)
+        if finetune:
+            cfg = TrainConfig(steps=opts["ft_steps"], batch_size=opts["ft_batch"], lr=opts["ft_lr"], warmup=5,
+                              log_every=10, seed=spec.seed + 100, progress=False, device=device)
+            train(m, long_corpus, cfg)
+        return m
+
+    f = opts["factor"]
+    variants = {f"RoPE + PI x{f}": ("pi", f, False), f"RoPE + NTK x{f}": ("ntk", f, False),
+                f"RoPE, fine-tuned at {f}L": (None, 1, True), f"RoPE + PI x{f}, fine-tuned": ("pi", f, True),
+                f"RoPE + NTK x{f}, fine-tuned": ("ntk", f, True)}
+    rows = [{"variant": "rope", **r} for r in base["table"]]
+    for name, args in variants.items():
+        rows += [{"variant": name, **r} for r in length_table(variant(*args), corpus, spec.lengths, **spec.eval)]
+    return {**base, "table": rows}

@@ -83,8 +83,7 @@ class RunSpec:
             if "causal" not in model:
                 raise ValueError("model must say causal=True or False")
             model = {**MODEL_DEFAULTS, **model}
-        if self.recipe in ("sequence", "pretrain"):
-            object.__setattr__(self, "task_kwargs", {**task_defaults(self.task), **self.task_kwargs})
+        object.__setattr__(self, "task_kwargs", {**task_defaults(self.task), **self.task_kwargs})
         object.__setattr__(self, "train", train)
         object.__setattr__(self, "lengths", lengths)
         object.__setattr__(self, "model", model)

@@ -283,7 +283,7 @@ def build_classifier(name: str, vocab_size: int, num_classes: int, *, d_model: i
     if name in ("complex-order", "complex-vanilla"):
         return ComplexOrderTransformer(vocab_size, num_classes, d_model=d_model // 2, n_heads=n_heads,
                                        n_layers=n_layers, order=name == "complex-order")
-    from .registry import build_model
+    from ..model import build_model
     model = build_model(name, vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=False,
                         max_len=max_len, num_classes=num_classes, **UNIT_SCALE.get(name, {}))
     return xavier_init_(model)
