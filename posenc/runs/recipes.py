@@ -189,3 +189,31 @@ def rope_extension(spec, device: str = "cpu") -> dict:
     for name, args in variants.items():
         rows += [{"variant": name, **r} for r in length_table(variant(*args), corpus, spec.lengths, **spec.eval)]
     return {**base, "table": rows}
+
+
+@recipe("cnn_position")
+def cnn_position(spec, device: str = "cpu") -> dict:
+    """Chapter 12: a CNN (`spec.scheme` = its padding: zero, valid, circular) regresses each pixel's position.
+
+    model: channels, dilations. The read-out grid is task size x size; a valid CNN gets its
+    margin of extra input (options fit_margin). One row: {radius, r2, error_px,
+    chance_error_px}, plus with options maps: the error map and one predicted column map.
+    """
+    from ..vision.cnn import PositionCNN, position_loss
+    from .train import pick_device, train
+    torch.manual_seed(spec.seed)
+    model = PositionCNN(spec.scheme, channels=spec.model["channels"], dilations=tuple(spec.model["dilations"]))
+    kwargs = dict(spec.task_kwargs)
+    if spec.options.get("fit_margin"):
+        kwargs["margin"] = model.margin
+    task = make_task(spec.task, **kwargs)
+    model.to(pick_device(device))
+    result = train(model, task, train_config(spec, device), loss_fn=position_loss)
+    model.cpu()
+    row = {"radius": model.radius, **task.evaluate(model)}
+    if spec.options.get("maps"):
+        images, _ = task.batch(1, torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            row["prediction"] = model(images)[0, 1].tolist()
+        row["error_map"] = task.error_map(model).tolist()
+    return {"table": [row], "history": result.history, "final_loss": result.final_loss, "model": model}

@@ -16,8 +16,19 @@ def _mlm_cls(train_length: int = 128, mask_prob: float = 0.15, swap_prob: float 
     return MaskedLMWithCLS(CharCorpus.stdlib(train_length=train_length, mask_prob=mask_prob), swap_prob=swap_prob)
 
 
+def _cnn_position(size: int = 16, margin: int = 0, channels: int = 1):
+    from ..vision.cnn import PositionTask
+    return PositionTask(size=size, margin=margin, channels=channels)
+
+
+def _digits(image_size: int = 16, test_fraction: float = 0.25, split_seed: int = 0, max_shift: int = 0):
+    from ..vision import DigitsTask
+    return DigitsTask(image_size, test_fraction=test_fraction, split_seed=split_seed, max_shift=max_shift)
+
+
 #: name -> builder of a task from keyword arguments: how a `posenc.runs.RunSpec` names its task.
-BUILDERS = {"synthetic": SyntheticTask, "corpus": _corpus, "mlm_cls": _mlm_cls, "contrast": ContrastTask}
+BUILDERS = {"synthetic": SyntheticTask, "corpus": _corpus, "mlm_cls": _mlm_cls, "contrast": ContrastTask,
+            "cnn_position": _cnn_position, "digits": _digits}
 
 
 def task_defaults(task: str) -> dict:
