@@ -217,3 +217,54 @@ def cnn_position(spec, device: str = "cpu") -> dict:
             row["prediction"] = model(images)[0, 1].tolist()
         row["error_map"] = task.error_map(model).tolist()
     return {"table": [row], "history": result.history, "final_loss": result.final_loss, "model": model}
+
+
+@recipe("vit")
+def vit(spec, device: str = "cpu") -> dict:
+    """Chapter 13: a ViT (`posenc.vision.build_vit`) on the shipped digits, and its change of resolution.
+
+    model: patch_size, stem, d_model, n_heads, n_layers; the task's image_size is the training
+    resolution. Rows: {"part": "base", "test accuracy"} (a learned table adds its patch table
+    before and after training); with options["variants"] = [[name, resize mode or None, scaled
+    coordinates], ...] and options hi, ft_steps, ft_lr: one {"part": "resolution", variant,
+    "low res", "high res, no fine-tune", "high res, fine-tuned"} row per variant.
+    """
+    import copy
+    from ..model import classification_loss
+    from ..vision import build_vit
+    from .train import pick_device, train
+    lo = make_task(spec.task, **spec.task_kwargs)
+    torch.manual_seed(spec.seed)
+    model = build_vit(spec.scheme, image_size=lo.image_size, num_classes=10, **spec.model)
+    init_table = model.scheme.patch_table().detach().clone() if spec.scheme == "learned" else None
+    model.to(pick_device(device))
+
+    def fit(m, task, cfg, ref_grid=None):
+        return train(m, task, cfg, loss_fn=lambda mm, x, y: classification_loss(mm, x, y, ref_grid=ref_grid))
+
+    result = fit(model, lo, train_config(spec, device))
+    row = {"part": "base", "test accuracy": lo.accuracy(model)}
+    if init_table is not None:
+        row |= {"init_patch_table": init_table.tolist(), "patch_table": model.scheme.patch_table().detach().cpu().tolist()}
+    rows = [row]
+    opts = spec.options
+    if opts.get("variants"):
+        hi = make_task(spec.task, **{**spec.task_kwargs, "image_size": opts["hi"],
+                                     "max_shift": 2 * spec.task_kwargs.get("max_shift", 0)})
+        patch = spec.model["patch_size"]
+        g_lo, g_hi = (lo.image_size // patch,) * 2, (opts["hi"] // patch,) * 2
+        for name, mode, scaled in opts["variants"]:
+            m = copy.deepcopy(model)
+            ref = g_lo if scaled else None
+            r = {"part": "resolution", "variant": name, "low res": lo.accuracy(m)}
+            if mode:
+                m.scheme.resize_(g_hi, mode)
+            r["high res, no fine-tune"] = hi.accuracy(m, ref_grid=ref)
+            ft = opts["ft_steps"]
+            cfg = TrainConfig(steps=ft, batch_size=spec.train["batch_size"], lr=opts["ft_lr"],
+                              warmup=max(1, min(100, ft // 5)), seed=spec.seed, log_every=max(1, ft // 20),
+                              progress=False, device=device)
+            fit(m, hi, cfg, ref)
+            r["high res, fine-tuned"] = hi.accuracy(m, ref_grid=ref)
+            rows.append(r)
+    return {"table": rows, "history": result.history, "final_loss": result.final_loss, "model": model}

@@ -28,3 +28,40 @@ def cnn_zero_padding(profile: str):
     out += [({"part": "depth", "dilations": str(tuple(d)), "seed": 0}, spec("zero", d, size["sweep_steps"], 0, 50, False))
             for d in size["sweep"]]
     return out
+
+
+VIT_VARIANTS = {  # trained scheme: [(name, resize mode of the learned table, scaled coordinates)]
+    "learned": [("(a) learned, no adaptation (1-D extend)", "extend", False),
+                ("(b) learned, 2-D interpolation", "interpolate", False)],
+    "sincos2d": [("(c) sincos2d, patch-index coords", None, False), ("(c) sincos2d, scaled coords", None, True)],
+    "rope2d": [("(d) rope2d, patch-index coords", None, False), ("(d) rope2d, scaled coords", None, True)],
+    "none": [("no position (reference)", None, False)],
+}
+
+
+@declare("13_vit")
+def vit(profile: str):
+    """ViTs with four position schemes at low resolution, moved to high resolution; CNN stems without position."""
+    size = {"ci": dict(lo=16, hi=32, patch=4, d_model=32, n_heads=2, n_layers=2, steps=400, ft_steps=40,
+                       batch_size=32, lr=3e-3, max_shift=0, seeds=(0,)),
+            "full": dict(lo=32, hi=64, patch=4, d_model=128, n_heads=4, n_layers=4, steps=3000, ft_steps=500,
+                         batch_size=128, lr=1e-3, max_shift=1, seeds=(0, 1, 2))}.get(profile)
+    if size is None:
+        return []
+    steps = size["steps"]
+
+    def spec(scheme, stem, s, variants=None):
+        options = {} if variants is None else {"variants": [list(v) for v in variants], "hi": size["hi"],
+                                               "ft_steps": size["ft_steps"], "ft_lr": size["lr"] / 3}
+        return RunSpec(scheme=scheme, task="digits", task_kwargs={"image_size": size["lo"], "max_shift": size["max_shift"]},
+                       recipe="vit", model={"patch_size": size["patch"], "stem": stem, "d_model": size["d_model"],
+                                            "n_heads": size["n_heads"], "n_layers": size["n_layers"]},
+                       train={"steps": steps, "batch_size": size["batch_size"], "lr": size["lr"],
+                              "warmup": max(1, min(100, steps // 5)), "log_every": max(1, steps // 20)},
+                       seed=s, options=options)
+
+    out = [({"stem": "patch", "scheme": scheme, "seed": s}, spec(scheme, "patch", s, VIT_VARIANTS[scheme]))
+           for scheme in ("none", "learned", "sincos2d", "rope2d") for s in size["seeds"]]
+    out += [({"stem": "cnn", "scheme": scheme, "seed": s}, spec(scheme, "cnn", s))
+            for scheme in ("none", "learned") for s in size["seeds"]]
+    return out
