@@ -93,6 +93,23 @@ def left_plateau_step(history: list, drop: float = 0.05, *, start_fraction: floa
     return next((step for step, loss in curve if loss <= plateau - drop), math.inf)
 
 
+def plateau_table(rows: Table, histories: dict, entropy: float, *, by: str = "model", drop: float = 0.05) -> Table:
+    """Masked-LM runs against the unigram plateau, one row per value of `by`.
+
+    rows: held-out metrics with columns `by`, seed and mlm; histories: {(value, seed): history}.
+    Columns: seeds_below_H (runs whose held-out MLM is below entropy - drop), seeds, mean_mlm,
+    leave_step_median (median `left_plateau_step` over seeds; inf when a run never left).
+    """
+    rows = Table(rows)
+    out = Table()
+    for name in dict.fromkeys(rows.column(by)):
+        sub = rows.where(**{by: name})
+        steps = sorted(left_plateau_step(histories[(name, r["seed"])], drop) for r in sub)
+        out.append({by: name, "seeds_below_H": sum(r["mlm"] < entropy - drop for r in sub), "seeds": len(sub),
+                    "mean_mlm": mean(sub.column("mlm")), "leave_step_median": steps[len(steps) // 2]})
+    return out
+
+
 def seed_gap(rows: Table, a: str, b: str, metric: str = "mlm", by: str = "model") -> dict:
     """Mean of `metric` for b minus a over seeds, the larger of the two seed ranges, and a verdict.
 

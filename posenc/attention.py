@@ -1,10 +1,11 @@
 """Multi-head self-attention with one hook for each place position can enter.
 
-    a_ij = scale * <q_i, k_j> + b_ij + e_ij,   o_i = sum_j softmax_j(a_ij) v_j + u_i
+    a_ij = scale * <q_i, k_j> + b_ij + b^l_ij + e_ij,   o_i = sum_j softmax_j(a_ij) v_j + u_i
 
 with (q_i, k_j) possibly rotated by `Scheme.transform_qk`, b the layer-shared
-`Scheme.logit_bias` merged with the causal mask (`PositionContext.attn_mask`), e the
-per-layer `Scheme.extra_logits` and u the per-layer `Scheme.extra_values`.
+`Scheme.logit_bias` merged with the causal mask (`PositionContext.attn_mask`), b^l the
+per-layer `Scheme.layer_logit_bias`, e the per-layer `Scheme.extra_logits` and u the
+per-layer `Scheme.extra_values`.
 When u is absent the whole computation is PyTorch's fused
 `scaled_dot_product_attention`; only schemes that add to the values, or a caller
 asking for the attention weights, take the explicit softmax path.
@@ -37,6 +38,9 @@ class Attention(nn.Module):
         q = q[:, :, -T:]                                           # 3 x (B, H, T or M+T, Dh)
         q, k = scheme.transform_qk(q, k, ctx)                      # hook 2: rotate q, k
         mask = ctx.attn_mask                                       # hook 3: (H|1, T, T) bias + causal mask, or None
+        layer_bias = scheme.layer_logit_bias(ctx, self.layer)      # hook 3b: (H|1, T, T) per layer, or None
+        if layer_bias is not None:
+            mask = layer_bias if mask is None else mask + layer_bias
         extra = scheme.extra_logits(q, k, ctx, self.layer)         # hook 4: (B, H, T, T) or None
         if extra is not None:
             mask = extra if mask is None else mask + extra

@@ -136,11 +136,16 @@ class Transformer(nn.Module):
         return h, maps
 
     def _run(self, tokens, positions=None, need_weights=False, memory=None):
-        """(final normed states, attention maps, each block's input); `memory` as in `forward_segment`."""
+        """(final normed states, attention maps, each block's input); `memory` as in `forward_segment`.
+
+        An empty sequence (T = 0) gives empty states for every scheme, without calling one."""
         self._check_tokens(tokens)
         x = self.tok(tokens)                                         # (B, T, D)
         if self.cls is not None:
             x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+        if x.shape[0] == 0 or x.shape[1] == 0:                        # nothing to attend to: empty states
+            self._check_positions(tokens.shape[1], positions, tokens.device)
+            return self.ln_f(x), [None] * len(self.blocks), [x] * len(self.blocks)
         mem_len = self._check_memory(memory, tokens)
         ctx = self.context(tokens.shape[1], positions, tokens.device, mem_len)
         x = self.drop(self.scheme.embed(x, ctx))                     # hook 1
@@ -156,8 +161,9 @@ class Transformer(nn.Module):
         if mem_len and positions is None:
             positions = torch.arange(mem_len, mem_len + seq_len, device=device)
         positions = self._check_positions(seq_len, positions, device)
-        if self.cls is not None:  # [CLS] takes the first position, tokens move up by one
-            positions = torch.cat([positions[:1], positions + 1])
+        if self.cls is not None:  # [CLS] takes the first position (0 for no tokens), tokens move up by one
+            first = positions[:1] if len(positions) else positions.new_zeros(1)
+            positions = torch.cat([first, positions + 1])
         if mem_len:
             before = positions[0] - torch.arange(mem_len, 0, -1, device=device).to(positions.dtype)
             ctx = SegmentContext(positions, self.causal, key_positions=torch.cat([before, positions]))
@@ -176,7 +182,7 @@ class Transformer(nn.Module):
         """Length M of a per-layer memory list (0 for None), after checking it fits."""
         if memory is None:
             return 0
-        allowed = getattr(self.scheme, "supports_memory", False) or not self._uses_position()
+        allowed = self.scheme.supports_memory
         if self.cls is not None or not allowed:
             raise ValueError(f"memory needs a scheme with supports_memory=True (e.g. 'xl', 'nope') and no [CLS]; "
                              f"got {type(self.scheme).__name__}")
@@ -186,12 +192,6 @@ class Transformer(nn.Module):
                        for m in memory)):
             raise ValueError(f"memory must be a list of {len(self.blocks)} tensors [batch={want[0]}, M, {want[2]}]")
         return memory[0].shape[1]
-
-    def _uses_position(self) -> bool:
-        """Whether the scheme overrides any hook (NoPE does not, so it can take a memory)."""
-        cls = type(self.scheme)
-        return any(getattr(cls, h) is not getattr(Scheme, h) for h in
-                   ("prepare", "embed", "layer_input", "transform_qk", "logit_bias", "extra_logits", "extra_values"))
 
     def _check_tokens(self, tokens: Tensor) -> None:
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
@@ -203,13 +203,22 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _check_positions(seq_len: int, positions: Tensor | None, device) -> Tensor:
+        """Positions validated once, where the model receives them: every integer dtype is
+        widened to int64 (so j - i cannot wrap around in uint8 or int8), floats must be finite."""
         if positions is None:
             return torch.arange(seq_len, device=device)
         if not isinstance(positions, Tensor) or positions.dim() != 1 or positions.shape[0] != seq_len:
             shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
             raise ValueError(f"positions must be a 1-D tensor [seq={seq_len}]; got {shape}")
         if positions.dtype == torch.bool or positions.is_complex():
-            raise TypeError(f"positions must be long or float; got {positions.dtype}")
+            raise TypeError(f"positions must be an integer or float tensor; got {positions.dtype}")
+        if positions.is_floating_point():
+            if not torch.isfinite(positions).all():
+                raise ValueError("positions must be finite; got NaN or infinite values")
+            if positions.dtype in (torch.float16, torch.bfloat16):
+                positions = positions.float()
+        else:
+            positions = positions.long()
         return positions.to(device)
 
 
@@ -231,13 +240,20 @@ def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: in
     schemes must serve; `scheme_kwargs` go to the scheme's constructor. The model is
     called as `model(tokens, positions=None)` -> logits [batch, seq, vocab].
     """
-    if not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive int; got {vocab_size!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False; got {causal!r}")
-    for arg, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers), ("max_len", max_len)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{arg} must be a positive int; got {value!r}")
+    for arg, value in (("vocab_size", vocab_size), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers),
+                       ("max_len", max_len), ("d_ff", d_ff), ("num_classes", num_classes)):
+        if value is None and arg in ("d_ff", "num_classes"):
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{arg} must be a positive int{' or None' if arg in ('d_ff', 'num_classes') else ''}; "
+                             f"got {value!r}")
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
+    for arg, value in (("cls_token", cls_token), ("tie_weights", tie_weights)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{arg} must be True or False; got {value!r}")
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
     scheme_module = get_scheme(scheme)(d_model=d_model, n_heads=n_heads, n_layers=n_layers,

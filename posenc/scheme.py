@@ -12,7 +12,8 @@ the matching hook. Every default does nothing, so `Scheme` itself is NoPE.
 | `embed`          | x_i -> x_i + p_i (or x_i * p_i)           | learned, sinusoidal      |
 | `layer_input`    | the same, before every block              | FLOATER, DeBERTa's EMD   |
 | `transform_qk`   | q_i -> R_i q_i, k_j -> R_j k_j            | RoPE                     |
-| `logit_bias`     | a_ij += b_ij, shared by heads' layers     | T5, ALiBi                |
+| `logit_bias`     | a_ij += b_ij, shared by all layers        | T5, ALiBi                |
+| `layer_logit_bias` | a_ij += b^l_ij, one per layer           | FIRE, KERPLE             |
 | `extra_logits`,  | per-layer terms from q, k and positions   | Shaw, Transformer-XL,    |
 | `extra_values`   | in the logits (and in the values)         | TUPE, DeBERTa            |
 
@@ -64,8 +65,19 @@ class Scheme(nn.Module):
         causal: whether the model masks future keys.
     """
 
-    #: True when `extra_values` adds to the attention output (needs explicit softmax).
+    # -- capabilities: class attributes that the shared tests and the model read -------
+    #: `extra_values` adds to the attention output (needs the explicit softmax).
     uses_extra_values = False
+    #: Works with Transformer-XL's memory (keys longer than queries).
+    supports_memory = False
+    #: The output is unchanged when every position is shifted by the same constant.
+    shift_invariant = False
+    #: Only defined for causal models (e.g. xPos's decaying scale).
+    causal_only = False
+
+    #: The hooks a scheme may override, in the order a forward pass calls them.
+    HOOKS = ("prepare", "embed", "layer_input", "transform_qk", "logit_bias", "layer_logit_bias", "extra_logits",
+             "extra_values", "logit_scale")
 
     def __init__(self, *, d_model: int, n_heads: int, n_layers: int, max_len: int, causal: bool):
         super().__init__()
@@ -97,6 +109,10 @@ class Scheme(nn.Module):
         """b_ij added to every layer's scaled logits: [heads or 1, seq, seq] or None."""
         return None
 
+    def layer_logit_bias(self, ctx: PositionContext, layer: int) -> Tensor | None:
+        """b^l_ij added to layer `layer`'s scaled logits: [heads or 1, seq, seq] or None (FIRE, KERPLE)."""
+        return None
+
     # -- hook 4: custom logits / values ---------------------------------------
     def extra_logits(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> Tensor | None:
         """Per-layer terms added to the scaled logits: [batch, heads, seq, seq] or None."""
@@ -110,11 +126,15 @@ class Scheme(nn.Module):
         """The factor on q k^T; 1/sqrt(d_h) unless the scheme changes it (TUPE, DeBERTa)."""
         return 1.0 / math.sqrt(self.head_dim)
 
+    @classmethod
+    def overridden_hooks(cls) -> tuple[str, ...]:
+        """The hooks this scheme class overrides (NoPE: none), in `HOOKS` order."""
+        return tuple(h for h in cls.HOOKS if getattr(cls, h) is not getattr(Scheme, h))
+
     @property
     def custom_attention(self) -> bool:
-        """Whether this scheme overrides hook 4 (then attention is not fully fused)."""
-        cls = type(self)
-        return cls.extra_logits is not Scheme.extra_logits or cls.extra_values is not Scheme.extra_values
+        """Whether attention gets per-layer terms (hook 3b or 4): the mask is then built explicitly."""
+        return bool({"layer_logit_bias", "extra_logits", "extra_values"} & set(self.overridden_hooks()))
 
 
 #: name -> Scheme class; every module of `posenc.schemes` adds its schemes on import.

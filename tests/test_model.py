@@ -190,7 +190,7 @@ def test_bad_positions_raise_clear_errors():
         model(tokens, torch.arange(4))
     with pytest.raises(ValueError, match="positions must be a 1-D"):
         model(tokens, torch.arange(10).view(2, 5))
-    with pytest.raises(TypeError, match="positions must be long or float"):
+    with pytest.raises(TypeError, match="positions must be an integer or float tensor"):
         model(tokens, torch.ones(5, dtype=torch.bool))
 
 
@@ -235,3 +235,66 @@ def test_layer_input_runs_before_every_block(monkeypatch):
     base = model.tok.weight[0].mean().item()
     assert seen[0] == pytest.approx(base + 1, abs=1e-5)
     assert len(seen) == 3
+
+
+# -- capabilities declared by each scheme drive these shared tests ----------------------------
+SHIFT_INVARIANT = [n for n in ALL if posenc.SCHEMES[n].shift_invariant]
+WITH_MEMORY = [n for n in ALL if posenc.SCHEMES[n].supports_memory]
+
+
+def test_capability_flags_are_declared_where_they_hold():
+    assert {"nope", "alibi", "t5", "shaw", "xl", "rope"} <= set(SHIFT_INVARIANT)
+    assert not {"learned", "sinusoidal", "floater"} & set(SHIFT_INVARIANT)
+    assert posenc.SCHEMES["nope"].overridden_hooks() == ()
+    assert posenc.SCHEMES["rope"].overridden_hooks() == ("prepare", "transform_qk")
+    assert "extra_values" in posenc.SCHEMES["shaw"].overridden_hooks() and small_model("shaw").scheme.uses_extra_values
+
+
+@pytest.mark.parametrize("scheme", SHIFT_INVARIANT)
+@pytest.mark.parametrize("causal", [True, False])
+def test_shift_invariant_schemes_ignore_an_offset_of_every_position(scheme, causal):
+    model = small_model(scheme, causal, max_len=2048)
+    tokens = torch.randint(0, 23, (2, 11))
+    for c in (1, 37, 1000):
+        torch.testing.assert_close(model(tokens, torch.arange(11) + c), model(tokens), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("scheme", [n for n in ALL if not posenc.SCHEMES[n].shift_invariant and n != "complex"])
+def test_absolute_schemes_see_an_offset(scheme):
+    model = small_model(scheme, True, max_len=2048)
+    tokens = torch.randint(0, 23, (2, 11))
+    assert not torch.equal(model(tokens, torch.arange(11) + 50), model(tokens))   # TUPE at init: ~4e-7
+
+
+@pytest.mark.parametrize("scheme", WITH_MEMORY)
+def test_schemes_with_memory_accept_one(scheme):
+    model = small_model(scheme, True)
+    tokens = torch.randint(0, 23, (2, 6))
+    logits, memory = model.forward_segment(tokens)
+    logits2, _ = model.forward_segment(tokens, memory)
+    assert logits2.shape == logits.shape and torch.isfinite(logits2).all()
+
+
+class _PerLayerBias(Scheme):
+    """A different distance penalty in each layer, through the per-layer logit-bias hook."""
+
+    def layer_logit_bias(self, ctx, layer):
+        d = (ctx.positions[None, :] - ctx.positions[:, None]).abs().float()
+        return -(layer + 1) * 0.5 * d[None]
+
+
+def test_layer_logit_bias_hook_adds_its_own_bias_in_each_layer(monkeypatch):
+    monkeypatch.setitem(posenc.SCHEMES, "_perlayer", _PerLayerBias)
+    torch.manual_seed(0)
+    model = small_model("_perlayer", causal=True)
+    assert model.scheme.custom_attention and model.scheme.overridden_hooks() == ("layer_logit_bias",)
+    tokens = torch.randint(0, 23, (2, 9))
+    maps = model.attention_maps(tokens)
+    x = model.tok(tokens)
+    for layer, block in enumerate(model.blocks):
+        h = block.ln1(x)
+        q, k, v = block.attn.qkv(h).view(2, 9, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        d = (torch.arange(9)[None] - torch.arange(9)[:, None]).abs().float()
+        logits = q @ k.transpose(-1, -2) / 8 ** 0.5 - (layer + 1) * 0.5 * d + causal_mask(9, 9)
+        torch.testing.assert_close(maps[layer], logits.softmax(-1), rtol=1e-5, atol=1e-5)
+        x, _ = block(x, model.scheme, model.context(9, None, "cpu"))

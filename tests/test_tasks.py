@@ -150,7 +150,7 @@ def test_split_follows_document_boundaries():
 
 
 def test_eval_chunks_tile_the_validation_text_without_overlap():
-    c = CharCorpus("ab\fcdefgh\fijklmnopqrstuvw\fxyz" * 5, valid_every=2)
+    c = CharCorpus("ab\fcdefgh\fijklmnopqrstuvw\fxyz" * 5, valid_every=2, train_length=8)
     x, y = c.eval_chunks(4)
     assert torch.equal(x.flatten(), c.valid_ids[: x.numel()])
     assert torch.equal(y.flatten(), c.valid_ids[1: x.numel() + 1])
@@ -189,7 +189,7 @@ def test_corpus_path(tmp_path):
 
 
 def test_unknown_characters_map_to_unk():
-    c = CharCorpus("abc\fabd\fab", valid_every=2)
+    c = CharCorpus("abc\fabd\fab", valid_every=2, train_length=1)
     assert c.encode("z").tolist() == [0]
 
 

@@ -62,7 +62,7 @@ def _claims_path(profile: str, chapter: str, results_dir) -> Path:
 
 
 def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: bool | None, why: str = "",
-               results_dir: str | Path | None = None, **evidence) -> Path:
+               results_dir: str | Path | None = None, **evidence) -> None:
     """Record one paper claim tested by a chapter in `results/<profile>/claims/<chapter>.json`.
 
     measured: what the run found, formatted from its numbers; holds: True (reproduced),
@@ -76,7 +76,7 @@ def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: boo
     path = _claims_path(profile, chapter, results_dir)
     claims = _read_json(path) if path.exists() else {}
     claims[claim] = {"measured": measured, "verdict": VERDICTS[holds], "why": why, **evidence}
-    return atomic_write(path, json.dumps(claims, indent=1) + "\n")
+    atomic_write(path, json.dumps(claims, indent=1) + "\n")
 
 
 def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dict]:

@@ -5,8 +5,12 @@
 * determinism: the model is initialised from `seed`, and step t's batch comes from a
   generator seeded with (seed, t), so a rerun on the same CPU gives identical numbers;
 * checkpoint and resume: with `checkpoint_path`, the model, optimiser, schedule,
-  loss scaler, RNG state and history are saved every `checkpoint_every` steps; a
-  rerun with the same path continues where it stopped and ends at the same numbers;
+  loss scaler, RNG state, history and the losses logged since the last history entry
+  are saved every `checkpoint_every` steps, with the settings they were made with; a
+  rerun with the same path and settings continues where it stopped and ends at the
+  same parameters and history. Checkpoints load with `weights_only=True` (no code runs);
+  resuming with other settings is a ValueError naming them (`train(..., resume="override")`
+  keeps the checkpoint's state and records the new settings);
 * AdamW, linear warm-up then cosine decay to `min_lr_ratio` of the peak.
 """
 from __future__ import annotations
@@ -47,9 +51,19 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        for name in ("steps", "batch_size", "log_every", "checkpoint_every", "seed", "warmup"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int; got {value!r}")
+            if value < (0 if name in ("seed", "warmup") else 1):
+                raise ValueError(f"{name} must be >= {0 if name in ('seed', 'warmup') else 1}; got {value}")
+        for name, low, high, open_low in (("lr", 0.0, math.inf, True), ("weight_decay", 0.0, math.inf, False),
+                                          ("min_lr_ratio", 0.0, 1.0, False), ("grad_clip", 0.0, math.inf, True)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+                    or value < low or value > high or (open_low and value == low):
+                bound = f"{'>' if open_low else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
+                raise ValueError(f"{name} must be a finite number {bound}; got {value!r}")
         if self.amp not in ("auto", "bf16", "fp16", "off"):
             raise ValueError(f"amp must be 'auto', 'bf16', 'fp16' or 'off'; got {self.amp!r}")
 
@@ -88,13 +102,23 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None) -> TrainResult:
+#: Settings that must match to resume from a checkpoint (device, progress and paths may change).
+RESUME_FIELDS = ("steps", "batch_size", "lr", "weight_decay", "warmup", "min_lr_ratio", "grad_clip", "seed",
+                 "log_every", "amp")
+
+
+def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resume: str = "check") -> TrainResult:
     """Train `model` on `task.train_batch(batch_size, generator, causal)` for `cfg.steps` steps.
 
     `loss_fn(model, inputs, targets)` overrides the default next-token / masked-token
     cross-entropy (e.g. for classification). Returns the history; the model is
-    trained in place and left in eval mode.
+    trained in place and left in eval mode. resume: "check" (a checkpoint made with other
+    settings or another model is a ValueError naming the fields) or "override".
     """
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a posenc.TrainConfig; got {type(cfg).__name__}")
+    if resume not in ("check", "override"):
+        raise ValueError(f"resume must be 'check' or 'override'; got {resume!r}")
     device = pick_device(cfg.device)
     dtype = amp_dtype(cfg.amp, device)
     model.to(device)
@@ -105,11 +129,11 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None) -> Train
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
-    result, start = TrainResult(), 0
+    result, start, window = TrainResult(), 0, []
     if cfg.checkpoint_path and os.path.exists(cfg.checkpoint_path):
-        start, result.history = load_checkpoint(cfg.checkpoint_path, model, opt, sched, scaler)
+        start, result.history, window = load_checkpoint(cfg.checkpoint_path, model, opt, sched, scaler, cfg, resume)
 
-    t0, window = time.perf_counter(), []
+    t0 = time.perf_counter()
     model.train()
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress,
                desc=type(model.scheme).__name__ if hasattr(model, "scheme") else "train")
@@ -131,17 +155,18 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None) -> Train
             bar.set_postfix(loss=f"{result.history[-1]['loss']:.3f}")
             window = []
         if cfg.checkpoint_path and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
-            save_checkpoint(cfg.checkpoint_path, step + 1, result.history, model, opt, sched, scaler, cfg)
+            save_checkpoint(cfg.checkpoint_path, step + 1, result.history, model, opt, sched, scaler, cfg, window)
     model.eval()
     result.final_loss = result.history[-1]["loss"] if result.history else float("nan")
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def save_checkpoint(path, step, history, model, opt, sched, scaler, cfg) -> None:
-    """Everything needed to continue bit-identically; written atomically."""
-    state = {"step": step, "history": history, "model": model.state_dict(), "opt": opt.state_dict(),
-             "sched": sched.state_dict(), "scaler": scaler.state_dict(), "config": asdict(cfg),
+def save_checkpoint(path, step, history, model, opt, sched, scaler, cfg, window=()) -> None:
+    """Everything needed to continue bit-identically, and the settings it was made with; written atomically."""
+    state = {"step": step, "history": history, "window": list(window), "model": model.state_dict(),
+             "opt": opt.state_dict(), "sched": sched.state_dict(), "scaler": scaler.state_dict(),
+             "config": {f: getattr(cfg, f) for f in RESUME_FIELDS}, "model_class": _model_name(model),
              "rng": torch.get_rng_state(),
              "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -150,13 +175,37 @@ def save_checkpoint(path, step, history, model, opt, sched, scaler, cfg) -> None
     os.replace(tmp, path)
 
 
-def load_checkpoint(path, model, opt, sched, scaler) -> tuple[int, list]:
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["opt"])
-    sched.load_state_dict(state["sched"])
-    scaler.load_state_dict(state["scaler"])
+def _model_name(model) -> str:
+    scheme = getattr(model, "scheme", None)
+    return type(model).__name__ + (f"/{type(scheme).__name__}" if scheme is not None else "")
+
+
+def load_checkpoint(path, model, opt, sched, scaler, cfg: TrainConfig | None = None,
+                    resume: str = "check") -> tuple[int, list, list]:
+    """Restore a checkpoint (weights_only: tensors and plain data only) -> (step, history, loss window)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        step, history, window = state["step"], state["history"], state.get("window", [])
+    except Exception as err:  # a truncated or foreign file: unpickling, zip and key errors
+        raise ValueError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err}); "
+                         "delete it to start the run again") from err
+    if cfg is not None and resume == "check":
+        saved = state.get("config", {})
+        diff = [f"{f} ({saved.get(f)!r} in the checkpoint, {getattr(cfg, f)!r} now)" for f in RESUME_FIELDS
+                if f in saved and saved[f] != getattr(cfg, f)]
+        if state.get("model_class") not in (None, _model_name(model)):
+            diff.append(f"model ({state['model_class']} in the checkpoint, {_model_name(model)} now)")
+        if diff:
+            raise ValueError(f"checkpoint {path} was made with other settings: {', '.join(diff)}; "
+                             "use another checkpoint_path, or train(..., resume='override')")
+    try:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        scaler.load_state_dict(state["scaler"])
+    except (RuntimeError, ValueError, KeyError) as err:
+        raise ValueError(f"checkpoint {path} does not fit this model or optimiser ({err})") from err
     torch.set_rng_state(state["rng"])
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
-    return state["step"], state["history"]
+    return step, history, window

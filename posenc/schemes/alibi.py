@@ -55,6 +55,8 @@ def alibi_bias(positions: Tensor, slopes: Tensor) -> Tensor:
 class ALiBi(Scheme):
     """Linear biases on the logits, one slope per head, no position vectors at all."""
 
+    shift_invariant = True
+
     def __init__(self, **kw):
         super().__init__(**kw)
         self.register_buffer("slopes", alibi_slopes(self.n_heads).float(), persistent=False)

@@ -61,6 +61,8 @@ class T5Bias(Scheme):
         bidirectional: two-sided buckets; defaults to `not causal`.
     """
 
+    shift_invariant = True
+
     supports_memory = True  # works with Transformer-XL's memory (keys longer than queries)
 
     def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool | None = None, **kw):

@@ -12,3 +12,6 @@ from ..scheme import Scheme, register
 @register("nope")
 class NoPE(Scheme):
     """No position information; attention stays fully fused."""
+
+    shift_invariant = True
+    supports_memory = True

@@ -95,6 +95,7 @@ class Shaw(Scheme):
     Tables are per layer and shared by the heads, as in the paper.
     """
 
+    shift_invariant = True
     supports_memory = True  # works with Transformer-XL's memory (keys longer than queries)
 
     def __init__(self, *, max_distance: int = 16, keys: bool = True, values: bool = True, **kw):
@@ -135,6 +136,7 @@ class TransformerXL(Scheme):
     Contiguous positions use `rel_shift`; any other positions the direct gather.
     """
 
+    shift_invariant = True
     supports_memory = True
 
     def __init__(self, *, untie_uv: bool = False, base: float = 10000.0, **kw):

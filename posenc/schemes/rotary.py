@@ -181,6 +181,8 @@ class RoPE(Scheme):
     after training (it clears the cache).
     """
 
+    shift_invariant = True
+
     def __init__(self, *, d_model: int, n_heads: int, n_layers: int, max_len: int, causal: bool,
                  base: float = 10000.0, layout: str = "interleaved", scaling: str | None = None,
                  factor: float = 1.0):

@@ -61,8 +61,10 @@ class CharCorpus:
     mask_prob: float = 0.15
 
     def __post_init__(self):
-        if self.train_length < 1:
-            raise ValueError(f"train_length must be >= 1; got {self.train_length}")
+        if not isinstance(self.text, str) or not self.text:
+            raise ValueError("text must be a non-empty str (documents separated by form feeds)")
+        if not isinstance(self.train_length, int) or isinstance(self.train_length, bool) or self.train_length < 1:
+            raise ValueError(f"train_length must be a positive int; got {self.train_length!r}")
         if self.valid_every < 2:
             raise ValueError(f"valid_every must be >= 2; got {self.valid_every}")
         docs = self.text.split(DOC_SEP)
@@ -74,6 +76,9 @@ class CharCorpus:
         self.chars = sorted(set(train))
         self.stoi = {c: i + len(SPECIALS) for i, c in enumerate(self.chars)}
         self.train_ids, self.valid_ids = self.encode(train), self.encode(valid)
+        if len(self.train_ids) < self.train_length + 2:
+            raise ValueError(f"train_length={self.train_length} needs a training text of at least "
+                             f"{self.train_length + 2} characters; got {len(self.train_ids)}")
 
     @classmethod
     def stdlib(cls, **kwargs) -> "CharCorpus":
@@ -117,7 +122,7 @@ class CharCorpus:
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple[Tensor, Tensor]:
         """Random windows of the training text: next-character (causal) or masked (MLM)."""
         L = self.train_length
-        start = torch.randint(0, len(self.train_ids) - L - 1, (batch_size,), generator=generator)
+        start = torch.randint(0, len(self.train_ids) - L, (batch_size,), generator=generator)   # last: s + L = len - 1
         windows = torch.stack([self.train_ids[s: s + L + 1] for s in start.tolist()])   # (B, L+1)
         if causal:
             return windows[:, :-1], windows[:, 1:]

@@ -55,9 +55,14 @@ class SyntheticTask:
     def __post_init__(self):
         if self.name not in TASKS:
             raise ValueError(f"unknown task {self.name!r}; known tasks: {', '.join(TASKS)}")
-        for arg in ("train_length", "n_symbols", "max_eval_factor", "min_train_length"):
-            if getattr(self, arg) < 1:
-                raise ValueError(f"{arg} must be >= 1; got {getattr(self, arg)}")
+        for arg in ("train_length", "n_symbols", "max_eval_factor", "min_train_length", "k"):
+            value = getattr(self, arg)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{arg} must be an int; got {value!r}")
+            if value < (0 if arg == "k" else 1):
+                raise ValueError(f"{arg} must be >= {0 if arg == 'k' else 1}; got {value}")
+        if self.min_train_length > self.train_length:
+            raise ValueError(f"min_train_length={self.min_train_length} must be <= train_length={self.train_length}")
         if self.name in ("kback", "index") and not 0 <= self.k < self.train_length:
             raise ValueError(f"k must be in [0, train_length) for {self.name!r}; got {self.k}")
 
@@ -102,6 +107,8 @@ class SyntheticTask:
     def evaluate(self, model, length: int, *, n_samples: int = 256, batch_size: int = 128,
                  seed: int = 0, device=None) -> dict:
         """Token accuracy and sequence accuracy (every target of a sample right) at one length."""
+        if not isinstance(n_samples, int) or n_samples < 1:
+            raise ValueError(f"n_samples must be a positive int; got {n_samples!r}")
         g = torch.Generator().manual_seed(seed * 100003 + length)
         right = total = seq_right = 0
         for start in range(0, n_samples, batch_size):

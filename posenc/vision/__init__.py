@@ -110,6 +110,10 @@ def check_image_size(images: Tensor, patch_size: int) -> tuple[int, int]:
     if not isinstance(images, Tensor) or images.dim() != 4:
         got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise ValueError(f"images must be a tensor [batch, channels, height, width]; got {got}")
+    if not images.is_floating_point():
+        raise TypeError(f"images must be a float tensor; got {images.dtype}")
+    if not torch.isfinite(images).all():
+        raise ValueError("images must be finite; got NaN or infinite pixels")
     H, W = images.shape[-2:]
     if H % patch_size or W % patch_size:
         raise ValueError(f"image size {H}x{W} must be divisible by patch_size={patch_size}")

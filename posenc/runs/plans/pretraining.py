@@ -20,6 +20,16 @@ def pretraining(scheme: str, size: dict, seed: int, keep_weights: bool = False, 
                    seed=seed, keep_weights=keep_weights)
 
 
+def view(runs) -> tuple:
+    """What chapters 08 and 09 read from their runs: (rows, histories by (model, seed), variants, seeds, steps, task)."""
+    from ...tasks import make_task
+    seeds = sorted({lab["seed"] for lab in runs.labels})
+    spec = runs.spec(model="BERT-A", seed=seeds[0])
+    histories = {(lab["model"], lab["seed"]): rec.history for lab, rec in runs.select()}
+    variants = list(dict.fromkeys(lab["model"] for lab in runs.labels))
+    return runs.rows(), histories, variants, seeds, spec.train["steps"], make_task(spec.task, **spec.task_kwargs)
+
+
 def _variants(variants: dict, profile: str, keep: str = ""):
     size = SIZES.get(profile)
     if size is None:

@@ -1,0 +1,65 @@
+"""Statistics shared by the chapters, and the one verdict rule."""
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from posenc.analysis import (Band, bootstrap_ci, column_mean, left_plateau_step, mean, plateau_table, smooth,
+                             steps_to_reach, summarize, verdict)
+from posenc.table import Table
+
+
+def test_mean_and_column_mean_refuse_empty_selections():
+    rows = Table([{"s": "a", "x": 1.0, "v": 2.0}, {"s": "a", "x": 1.0, "v": 4.0}, {"s": "b", "x": 1.0, "v": 9.0}])
+    assert column_mean(rows, "v", s="a", x=1.0) == 3.0
+    with pytest.raises(ValueError, match="no rows"):
+        column_mean(rows, "v", s="c")
+    with pytest.raises(ValueError, match="empty"):
+        mean([])
+
+
+def test_summarize_groups_by_several_columns():
+    rows = Table({"s": s, "x": x, "v": float(v)} for s, x, v in [("a", 1, 1), ("a", 1, 3), ("a", 2, 5), ("b", 1, 7)])
+    out = summarize(rows, ("s", "x"), "v")
+    assert [(r["s"], r["x"], r["seeds"], r["v"], r["v_spread"]) for r in out] == [
+        ("a", 1, 2, 2.0, 2.0), ("a", 2, 1, 5.0, 0.0), ("b", 1, 1, 7.0, 0.0)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-100, 100, allow_nan=False), min_size=1, max_size=12))
+def test_bootstrap_interval_brackets_the_mean_and_lies_within_the_data(values):
+    lo, hi = bootstrap_ci(values)
+    m = sum(values) / len(values)
+    assert min(values) - 1e-9 <= lo <= m + 1e-9 <= hi + 2e-9 <= max(values) + 3e-9
+    assert bootstrap_ci(values) == (lo, hi)                     # deterministic
+
+
+def test_bootstrap_interval_narrows_with_more_seeds():
+    few, many = [0.0, 1.0, 0.5], [0.0, 1.0, 0.5] * 10
+    assert bootstrap_ci(many)[1] - bootstrap_ci(many)[0] < bootstrap_ci(few)[1] - bootstrap_ci(few)[0]
+
+
+def test_verdict_follows_one_rule():
+    band = Band(0.6, 0.85, null=1.0)                              # e.g. a fraction of steps; 1 = no effect
+    assert verdict([0.70, 0.72, 0.75, 0.71, 0.74], band)["verdict"] == "reproduced"
+    assert verdict([1.10, 1.15, 1.12], band)["verdict"] == "contradicted"     # beyond no effect, other side
+    assert verdict([0.5, 0.9, 1.2], band)["verdict"] == "not resolved"        # interval too wide
+    assert verdict([0.7, 0.7], band)["verdict"] == "not resolved"             # fewer than 3 seeds
+    out = verdict([0.70, 0.72, 0.75], band)
+    assert out["band"] == "[0.6, 0.85]" and out["seeds"] == 3 and out["interval"][0] <= out["mean"] <= out["interval"][1]
+    up = Band(0.03, 0.08)                                          # an increase of 3% to 8%
+    assert verdict([-0.05, -0.04, -0.06], up)["verdict"] == "contradicted"
+    with pytest.raises(ValueError):
+        Band(None, None)
+    with pytest.raises(ValueError):
+        Band(2.0, 1.0)
+
+
+def test_training_curve_helpers():
+    hist = [{"step": s, "loss": l} for s, l in [(10, 4.0), (20, 3.0), (30, 2.5), (40, 0.5), (50, 0.4)]]
+    assert smooth(hist, 1) == [(h["step"], h["loss"]) for h in hist]
+    assert steps_to_reach(hist, 2.5, window=1) == 30 and steps_to_reach(hist, 0.0) == math.inf
+    assert left_plateau_step(hist, drop=1.0) == 40              # plateau read at step 10 (10% of 50)
+    rows = Table([{"model": "m", "seed": 0, "mlm": 1.0}, {"model": "m", "seed": 1, "mlm": 3.0}])
+    out = plateau_table(rows, {("m", 0): hist, ("m", 1): hist}, entropy=2.0)
+    assert out[0]["seeds_below_H"] == 1 and out[0]["seeds"] == 2 and out[0]["mean_mlm"] == 2.0
