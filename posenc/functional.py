@@ -10,8 +10,9 @@ from .schemes.alibi import alibi_slopes
 from .schemes.bias import t5_bucket
 from .schemes.deberta import relative_distance
 from .schemes.relative import clipped_relative_positions, rel_shift
+from .schemes.rope_scaling import rope_inv_freq
 from .schemes.rotary import apply_rope
 from .vision import interpolate_pos_embed
 
 __all__ = ["sinusoidal_table", "apply_rope", "t5_bucket", "alibi_slopes", "clipped_relative_positions", "rel_shift",
-           "relative_distance", "interpolate_pos_embed"]
+           "relative_distance", "interpolate_pos_embed", "rope_inv_freq"]

@@ -1,0 +1,106 @@
+"""posenc.functional.rope_inv_freq against transformers' ROPE_INIT_FUNCTIONS, and its first principles."""
+import math
+
+import pytest
+import torch
+
+from posenc.functional import rope_inv_freq
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig  # noqa: E402
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+
+HEAD, HEADS = 64, 4
+CASES = [
+    ("linear", dict(factor=4.0), {}),
+    ("dynamic", dict(factor=4.0), dict(seq_len=None)),
+    ("dynamic", dict(factor=2.0), dict(seq_len=5000)),
+    ("yarn", dict(factor=8.0, original_max_position_embeddings=512), {}),
+    ("yarn", dict(factor=4.0, original_max_position_embeddings=1024, beta_fast=16, beta_slow=2), {}),
+    ("yarn", dict(factor=4.0, original_max_position_embeddings=1024, mscale=1.0, mscale_all_dim=0.7), {}),
+    ("yarn", dict(factor=4.0, original_max_position_embeddings=1024, attention_factor=1.5), {}),
+    ("llama3", dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=512), {}),
+    ("longrope", dict(short_factor=[1.0 + i / 32 for i in range(32)], long_factor=[1.0 + i / 8 for i in range(32)],
+                      original_max_position_embeddings=1024), dict(seq_len=500)),
+    ("longrope", dict(short_factor=[1.0 + i / 32 for i in range(32)], long_factor=[1.0 + i / 8 for i in range(32)],
+                      original_max_position_embeddings=1024), dict(seq_len=3000)),
+]
+
+
+def reference(rope_type, params, max_pos, base, seq_len, partial=1.0):
+    config = LlamaConfig(hidden_size=HEAD * HEADS, num_attention_heads=HEADS, max_position_embeddings=max_pos,
+                         rope_parameters={"rope_type": rope_type, "rope_theta": base, "partial_rotary_factor": partial,
+                                          **params})
+    return ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq_len)
+
+
+@pytest.mark.parametrize("rope_type, params, call", CASES)
+@pytest.mark.parametrize("base", [10000.0, 500000.0])
+def test_every_scaling_equals_transformers(rope_type, params, call, base):
+    max_pos = 4096
+    ours, ours_factor = rope_inv_freq(HEAD, base, rope_type=rope_type, max_position_embeddings=max_pos, **call,
+                                      **params)
+    theirs, their_factor = reference(rope_type, params, max_pos, base, call.get("seq_len"))
+    torch.testing.assert_close(ours, theirs.float(), rtol=1e-6, atol=0)
+    assert ours_factor == pytest.approx(their_factor, rel=1e-9)
+
+
+def test_default_and_partial_rotation_equal_transformers():
+    config = LlamaConfig(hidden_size=HEAD * HEADS, num_attention_heads=HEADS,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if "default" in ROPE_INIT_FUNCTIONS:
+        theirs, _ = ROPE_INIT_FUNCTIONS["default"](config, "cpu")
+    else:                                  # transformers 5 keeps the default on the model's rotary module
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+        theirs, _ = LlamaRotaryEmbedding.compute_default_rope_parameters(config)
+    torch.testing.assert_close(rope_inv_freq(HEAD)[0], theirs)
+    ours, _ = rope_inv_freq(HEAD, rope_type="linear", factor=2.0, partial_rotary_factor=0.5)
+    theirs, _ = reference("linear", {"factor": 2.0}, 4096, 10000.0, None, partial=0.5)
+    assert ours.shape == (HEAD // 4,)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_first_principles():
+    inv, att = rope_inv_freq(64)
+    assert att == 1.0 and inv[0] == 1.0 and torch.all(inv[1:] < inv[:-1])          # omega_0 = 1, decreasing
+    torch.testing.assert_close(rope_inv_freq(64, rope_type="linear", factor=4.0)[0], inv / 4)
+    # dynamic NTK is the default at the training length, and only grows the base beyond it
+    dyn = lambda n: rope_inv_freq(64, rope_type="dynamic", factor=4.0, max_position_embeddings=512, seq_len=n)[0]
+    torch.testing.assert_close(dyn(512), inv)
+    assert torch.all(dyn(4096)[1:] < inv[1:]) and dyn(4096)[0] == 1.0
+    # yarn: the fastest pairs keep their frequency, the slowest are interpolated by the factor
+    yarn, t = rope_inv_freq(64, rope_type="yarn", factor=8.0, original_max_position_embeddings=512)
+    assert yarn[0] == inv[0] and yarn[-1] == pytest.approx(inv[-1] / 8) and t == pytest.approx(0.1 * math.log(8) + 1)
+    # llama3: short wavelengths kept, long ones divided by the factor
+    ll, _ = rope_inv_freq(64, rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                          original_max_position_embeddings=512)
+    wavelength = 2 * math.pi / inv
+    torch.testing.assert_close(ll[wavelength < 128], inv[wavelength < 128])
+    torch.testing.assert_close(ll[wavelength > 512], inv[wavelength > 512] / 8)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(rope_type="ntk"), "rope_type"), (dict(rope_type="linear"), "factor"),
+    (dict(rope_type="linear", factor=2.0, beta_fast=3), "unknown parameters"),
+    (dict(rope_type="dynamic", factor=2.0), "max_position_embeddings"),
+    (dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0], original_max_position_embeddings=8,
+          max_position_embeddings=16), "dim/2"),
+])
+def test_bad_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rope_inv_freq(64, **kwargs)
+
+
+def test_a_bf16_cache_is_badly_wrong_and_posenc_keeps_angles_in_float32():
+    """Angles m * omega rounded to bf16 (8 bits of mantissa) are off by up to ~m/256 radians: users of
+    some libraries reported cos/sin errors near 0.8 around position 1857. posenc computes angles in float32."""
+    from posenc.functional import apply_rope
+    positions = torch.arange(2048)
+    inv, _ = rope_inv_freq(64)
+    exact = positions.double()[:, None] * inv.double()[None]
+    bf16_angles = (positions.to(torch.bfloat16)[:, None] * inv.to(torch.bfloat16)[None]).double()
+    assert (bf16_angles.cos() - exact.cos()).abs().max() > 0.5                      # the reported failure
+    x = torch.randn(1, 2048, 64)
+    ref = apply_rope(x.double(), positions)
+    ours = apply_rope(x.to(torch.bfloat16), positions).double()
+    assert (ours - ref).abs().max() < 0.05                                        # bf16 rounding of x only
