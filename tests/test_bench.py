@@ -68,3 +68,15 @@ def test_save_writes_a_new_file_and_merges_sections_of_the_same_machine(tmp_path
     assert json.loads(path.read_text())["sections"] == {"a": 1, "b": 2}
     save({"machine": "m2", "sections": {"c": 3}}, path)
     assert json.loads(path.read_text())["sections"] == {"c": 3}
+
+
+@pytest.mark.parametrize("target, match", [("/proc/posenc-bench.json", "cannot create files"), ("bad.json", "no valid JSON")])
+def test_an_unusable_save_target_is_refused_before_the_benchmark_runs(tmp_path, monkeypatch, target, match, capsys):
+    from posenc.bench.__main__ import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text("not json")
+    ran = []
+    monkeypatch.setattr("posenc.bench.__main__.run_sections", lambda *a: ran.append(a) or {})
+    with pytest.raises(SystemExit):
+        main(["--only", "rope", "--save", target])
+    assert not ran and match in capsys.readouterr().err

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -72,6 +73,10 @@ def main(argv=None) -> dict:
     p.add_argument("--save", type=Path, default=None,
                    help="write the tables and the machine line as JSON (sections not rerun are kept if the machine matches)")
     a = p.parse_args(argv)
+    if a.save:
+        problem = check_writable(a.save)
+        if problem:                                   # say so before the benchmark runs, not after
+            p.error(f"--save {a.save}: {problem}")
     if a.threads is None and a.device == "cpu":
         a.threads = 1
     if a.threads is not None:
@@ -86,14 +91,36 @@ def main(argv=None) -> dict:
     return out
 
 
+def check_writable(path: Path) -> str | None:
+    """Why `path` cannot be written (or read, if it exists), or None."""
+    path = Path(path)
+    if path.exists() and (path.is_dir() or not os.access(path, os.R_OK | os.W_OK)):
+        return "exists and is not a readable, writable file"
+    folder = next((f for f in [path.parent, *path.parent.parents] if f.exists()), None)
+    if folder is None or not folder.is_dir():
+        return f"{folder} is not a folder"
+    try:                                              # a real probe: permissions alone do not tell (root, /proc)
+        import tempfile
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".posenc-probe-"):
+            pass
+    except OSError as err:
+        return f"cannot create files in {folder} ({err.strerror})"
+    if path.exists():
+        try:
+            json.loads(path.read_text())
+        except ValueError as err:
+            return f"holds no valid JSON ({err}); delete it or choose another file"
+    return None
+
+
 def save(out: dict, path: Path) -> None:
-    """Write `out` as JSON, keeping the sections of an earlier file not rerun (same machine line only)."""
+    """Write `out` as JSON atomically, keeping the sections of an earlier file not rerun (same machine line only)."""
+    from ..runs.store import atomic_write
     if path.exists():
         old = json.loads(path.read_text())
         if old.get("machine") == out["machine"]:
             out["sections"] = {**old["sections"], **out["sections"]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    atomic_write(path, json.dumps(out, indent=1) + "\n")
     print(f"\nsaved {path}")
 
 

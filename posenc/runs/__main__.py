@@ -22,11 +22,12 @@ from .execute import default_workers, run_specs
 from .plans import names, plan
 from .store import PROFILES, Store
 
-#: Sustained multiply-adds per second of one run, to turn `RunSpec.cost` into seconds (measured on
-#: the stored ci records: one CPU thread; an H200 shared by 8 workers, small models bound by launches).
-THROUGHPUT = {"cpu": 3e10, "cuda": 1.5e11}
+#: Sustained multiply-adds per second of one run, to turn `RunSpec.cost` into seconds. CPU: one thread,
+#: fitted to the stored ci records. CUDA: one of several workers sharing an H200, fitted to the
+#: 2026-12-01 window (TUPE/DeBERTa full runs took 35-63 s with five processes on the GPU).
+THROUGHPUT = {"cpu": 3e10, "cuda": 2.5e12}
 #: Fixed seconds per training step (kernel launches and Python), the floor for small models.
-STEP_OVERHEAD = {"cpu": 0.002, "cuda": 0.012}
+STEP_OVERHEAD = {"cpu": 0.002, "cuda": 0.01}
 
 
 def estimate_seconds(spec, device: str) -> float:

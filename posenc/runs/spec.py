@@ -126,5 +126,5 @@ class RunSpec:
         """A rough training cost in multiply-adds: 6 * parameters * tokens * steps (for estimates only)."""
         d = self.model.get("d_model", 128)
         layers = self.model.get("n_layers", 2)
-        tokens = self.task_kwargs.get("train_length", 32) * 2 + 2
+        tokens = self.task_kwargs.get("train_length", 32) * (2 if self.task == "synthetic" else 1) + 2
         return 6.0 * 12 * layers * d * d * tokens * self.train["batch_size"] * self.train["steps"]
