@@ -18,13 +18,12 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import warnings
 
 import torch
-import torch.nn.functional as F
 
 with warnings.catch_warnings():  # tqdm.auto warns when ipywidgets is absent, then falls back to text bars
     warnings.simplefilter("ignore")

@@ -4,6 +4,8 @@ from .synthetic import BOS, IGNORE, MASK, PAD, SEP, TASKS, SyntheticTask
 
 __all__ = ["CharCorpus", "stdlib_text", "SyntheticTask", "TASKS", "IGNORE", "PAD", "BOS", "SEP", "MASK"]
 
+from .cnn_position import PositionTask
+from .digits import DigitsTask
 from .order import ContrastTask
 from .pretraining import MaskedLMWithCLS
 
@@ -16,13 +18,11 @@ def _mlm_cls(train_length: int = 128, mask_prob: float = 0.15, swap_prob: float 
     return MaskedLMWithCLS(CharCorpus.stdlib(train_length=train_length, mask_prob=mask_prob), swap_prob=swap_prob)
 
 
-def _cnn_position(size: int = 16, margin: int = 0, channels: int = 1):
-    from ..vision.cnn import PositionTask
+def _cnn_position(size: int = 16, margin: int = 0, channels: int = 1) -> PositionTask:
     return PositionTask(size=size, margin=margin, channels=channels)
 
 
-def _digits(image_size: int = 16, test_fraction: float = 0.25, split_seed: int = 0, max_shift: int = 0):
-    from ..vision import DigitsTask
+def _digits(image_size: int = 16, test_fraction: float = 0.25, split_seed: int = 0, max_shift: int = 0) -> DigitsTask:
     return DigitsTask(image_size, test_fraction=test_fraction, split_seed=split_seed, max_shift=max_shift)
 
 
@@ -47,4 +47,4 @@ def make_task(task: str, /, **kwargs):
     return BUILDERS[task](**kwargs)
 
 
-__all__ += ["ContrastTask", "MaskedLMWithCLS", "BUILDERS", "make_task", "task_defaults"]
+__all__ += ["PositionTask", "DigitsTask", "ContrastTask", "MaskedLMWithCLS", "BUILDERS", "make_task", "task_defaults"]

@@ -14,7 +14,6 @@ column 0 is y, columns 1.. are the masked-character targets (IGNORE elsewhere).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +22,6 @@ from torch import Tensor
 
 from ..model import lm_loss
 from .corpus import CharCorpus
-from .synthetic import IGNORE
 
 
 @dataclass
