@@ -216,3 +216,14 @@ def test_seed_gap_calls_a_difference_real_only_beyond_the_seed_spread():
     assert seed_gap(Table([{"model": "a", "mlm": 1.0}, {"model": "b", "mlm": 2.0}]), "a", "b")["real"] is None
     with pytest.raises(ValueError, match="no rows"):
         seed_gap(rows, "a", "zzz")
+
+
+def test_every_registered_task_follows_the_protocol():
+    from posenc.tasks import BUILDERS, Task, make_task
+    small = {"synthetic": {"name": "copy"}, "corpus": {"train_length": 16}, "mlm_cls": {"train_length": 16},
+             "digits": {"image_size": 8}}
+    for name in BUILDERS:
+        task = make_task(name, **small.get(name, {}))
+        assert isinstance(task, Task), name
+        x, y = task.train_batch(2, torch.Generator().manual_seed(0), name in ("synthetic", "corpus"))
+        assert x.shape[0] == 2 and y.shape[0] == 2

@@ -1,4 +1,10 @@
-"""Tasks: generated synthetic sequences and a shipped character corpus."""
+"""Every task and data set: generated sequences, the shipped character corpus, order and masked-LM tasks,
+the CNN position task and the digits. All share one protocol (`Task`), and `make_task(name, **kwargs)`
+builds any of them by the name a `posenc.runs.RunSpec` gives."""
+from typing import Protocol, runtime_checkable
+
+import torch
+
 from .corpus import CharCorpus, stdlib_text
 from .synthetic import BOS, IGNORE, MASK, PAD, SEP, TASKS, SyntheticTask
 
@@ -31,6 +37,18 @@ BUILDERS = {"synthetic": SyntheticTask, "corpus": _corpus, "mlm_cls": _mlm_cls, 
             "cnn_position": _cnn_position, "digits": _digits}
 
 
+@runtime_checkable
+class Task(Protocol):
+    """What the training loop needs from a task: a batch from a seeded generator.
+
+    Sequence tasks (`SyntheticTask`, `CharCorpus`) also score a model at a length with
+    `evaluate(model, length, ...)` and give `vocab_size` and `train_length`; the others
+    score a trained model with `evaluate(model, ...)` or `accuracy(model)`.
+    """
+
+    def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple: ...
+
+
 def task_defaults(task: str) -> dict:
     """The keyword defaults of task `task`'s builder (written into every run spec)."""
     import inspect
@@ -47,4 +65,4 @@ def make_task(task: str, /, **kwargs):
     return BUILDERS[task](**kwargs)
 
 
-__all__ += ["PositionTask", "DigitsTask", "ContrastTask", "MaskedLMWithCLS", "BUILDERS", "make_task", "task_defaults"]
+__all__ += ["Task", "PositionTask", "DigitsTask", "ContrastTask", "MaskedLMWithCLS", "BUILDERS", "make_task", "task_defaults"]

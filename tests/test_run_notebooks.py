@@ -1,0 +1,53 @@
+"""scripts/run_notebooks.py: paths are checked before anything runs, and a failing notebook keeps its outputs."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import posenc
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "run_notebooks.py"
+
+
+def notebook(path: Path, code: str, stored_output: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(code, execution_count=1)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored_output)]
+    params = nbformat.v4.new_code_cell('profile = "auto"', metadata={"tags": ["parameters"]})
+    nb.cells = [params, cell]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_every_path_is_checked_before_any_notebook_runs(tmp_path):
+    good = notebook(tmp_path / "good.ipynb", "print('ran')", "stored\n")
+    before = good.read_text()
+    out = subprocess.run([sys.executable, str(SCRIPT), str(good), str(tmp_path / "missing.ipynb"),
+                          str(ROOT / "README.md")], capture_output=True, text=True)
+    assert out.returncode == 2 and "missing.ipynb: no such file" in out.stderr and "not a notebook" in out.stderr
+    assert good.read_text() == before                               # nothing ran
+
+
+def test_a_failing_notebook_keeps_its_stored_outputs_and_names_the_cell(tmp_path):
+    bad = notebook(tmp_path / "bad.ipynb", "raise RuntimeError('boom')", "the stored output\n")
+    before = bad.read_text()
+    out = subprocess.run([sys.executable, str(SCRIPT), str(bad)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "boom" in out.stderr and "unchanged" in out.stderr
+    assert bad.read_text() == before
+    assert not list(tmp_path.glob(".*.running.ipynb"))              # the temporary copy is gone
+
+
+def test_save_results_is_atomic_and_stays_in_its_folder(tmp_path):
+    posenc.save_results("bench/x", {"a": 1}, tmp_path)
+    assert json.loads((tmp_path / "bench" / "x.json").read_text())["a"] == 1
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    for name in ("../../escape", "/abs/path"):
+        with pytest.raises(ValueError, match="outside"):
+            posenc.save_results(name, {"a": 1}, tmp_path)
+    with pytest.raises(ValueError, match="outside"):
+        posenc.save_claim("../x", "ci", "c", "m", True, results_dir=tmp_path)
