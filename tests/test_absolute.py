@@ -164,3 +164,19 @@ def test_multiplicative_logits_are_one_position_modulated_bilinear_form():
     torch.testing.assert_close(add, four, rtol=1e-4, atol=1e-4)
     zero = torch.zeros(n, d)
     assert ((zero * p) @ w @ (zero * p).T).abs().max() == 0 and ((zero + p) @ w @ (zero + p).T).abs().max() > 0
+
+
+def test_consecutive_positions_read_the_table_as_a_slice_with_the_same_values_and_gradients():
+    import posenc
+    torch.manual_seed(0)
+    scheme = posenc.build_model("learned", 20, causal=True, d_model=16, n_heads=2, n_layers=1, max_len=64).scheme
+    pos, w = torch.arange(9) + 5, torch.randn(9, 16)
+    ctx = posenc.PositionContext(pos, True)
+    sliced = scheme.rows(ctx)
+    assert sliced._base is scheme.table or sliced.data_ptr() == scheme.table[5].data_ptr()   # a view, no gather
+    (sliced * w).sum().backward()
+    g_slice = scheme.table.grad.clone()
+    scheme.table.grad = None
+    (scheme.table[pos] * w).sum().backward()                          # the gather it replaces
+    torch.testing.assert_close(sliced, scheme.table[pos], rtol=0, atol=0)
+    torch.testing.assert_close(g_slice, scheme.table.grad, rtol=0, atol=0)

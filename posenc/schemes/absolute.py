@@ -106,6 +106,10 @@ class _TableScheme(Scheme):
                                  f"learned table has max_len={self.max_len} rows; build with a larger max_len, "
                                  f"extend it (posenc.absolute.extend_learned_table) or pass overflow='clamp'")
             pos = pos.clamp(max=self.max_len - 1)
+        n = pos.numel()
+        if n and int(pos[-1]) - int(pos[0]) == n - 1 and torch.equal(pos, torch.arange(int(pos[0]), int(pos[0]) + n,
+                                                                                        device=pos.device)):
+            return self.table.narrow(0, int(pos[0]), n)          # consecutive: a view, and a cheap backward
         return self.table[pos]                                                       # (T, D)
 
 
