@@ -160,3 +160,27 @@ def test_the_runner_dry_run_lists_missing_runs_with_an_estimate(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "posenc.runs", "--chapters", "99_nothing"], capture_output=True,
                          text=True, cwd=ROOT)
     assert bad.returncode == 2 and "unknown chapters" in bad.stderr
+
+
+DEADLINE = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from test_runs import tiny
+from posenc.runs import Store, run_specs
+t = time.monotonic()
+out = run_specs([tiny(seed=s, steps=400) for s in range(40)], Store("ci", {root!r}), workers=2, deadline=6,
+                progress=False)
+print(len(out["done"]), len(out["abandoned"]), time.monotonic() - t)
+"""
+
+
+def test_a_deadline_stops_cleanly_keeping_what_finished(tmp_path):
+    """Many specs, a short deadline: the process ends soon after it, what finished is stored, the rest is left."""
+    specs = [tiny(seed=s, steps=400) for s in range(40)]
+    code = DEADLINE.format(tests=str(Path(__file__).parent), root=str(tmp_path))
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
+    done, abandoned, seconds = out.stdout.split()
+    assert int(abandoned) > 0 and float(seconds) < 15 and time.monotonic() - t0 < 40   # the process exits too
+    store = Store("ci", tmp_path)
+    assert len(store.keys()) == int(done) and all(store.get(s) is not None for s in specs if s.key in store.keys())

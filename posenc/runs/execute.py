@@ -149,6 +149,9 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
             if p.is_alive():
                 p.kill()
             p.join()
+        for q in (jobs, results):          # specs never taken must not hold this process open at exit
+            q.cancel_join_thread()
+            q.close()
         bar.close()
     finished = set(done) | set(failed)
     return {"done": done, "failed": failed, "abandoned": [s.key for s in specs if s.key not in finished]}
