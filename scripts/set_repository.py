@@ -1,0 +1,82 @@
+"""Write the repository address of `_config.yml` (repository.url, branch) into every place that needs it.
+
+    python scripts/set_repository.py            # after a fork changes _config.yml
+    python scripts/set_repository.py --check    # exit 1 if a notebook or the README disagrees
+
+The address lives in one place, `_config.yml`; the Jupyter Book launch and repository buttons
+read it there, and this script copies it into each chapter's Colab badge, each install cell
+and the README's Colab link. The badge image is shipped with the book (book/images/).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BADGE = "../book/images/colab-badge.svg"
+
+
+def repository() -> tuple[str, str, str]:
+    """(https url, owner/name, branch) from _config.yml."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    url, branch = config["repository"]["url"].rstrip("/"), config["repository"].get("branch", "main")
+    m = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+)", url)
+    if not m:
+        raise SystemExit(f"_config.yml repository.url must be https://github.com/OWNER/NAME; got {url!r}")
+    return url, m.group(1), branch
+
+
+def badge(slug: str, branch: str, notebook: str) -> str:
+    return (f"[![Open In Colab]({BADGE})](https://colab.research.google.com/github/{slug}/blob/{branch}/"
+            f"notebooks/{notebook})")
+
+
+BADGE_RE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/github/[^)]*\)")
+INSTALL_RE = re.compile(r'"git\+https://github\.com/[^"]*"')
+README_RE = re.compile(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/[\w.-]+/")
+
+
+def fix(check: bool) -> list[str]:
+    url, slug, branch = repository()
+    wrong = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        changed = False
+        for cell in nb.cells:
+            new = BADGE_RE.sub(badge(slug, branch, path.name), cell.source) if cell.cell_type == "markdown" else \
+                INSTALL_RE.sub(f'"git+{url}@{branch}"', cell.source)
+            if new != cell.source:
+                cell.source, changed = new, True
+        if changed:
+            wrong.append(str(path.relative_to(ROOT)))
+            if not check:
+                nbformat.write(nb, path)
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    new = README_RE.sub(f"https://colab.research.google.com/github/{slug}/blob/{branch}/", text)
+    if new != text:
+        wrong.append("README.md")
+        if not check:
+            readme.write_text(new)
+    return wrong
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report files that disagree with _config.yml")
+    args = parser.parse_args(argv)
+    wrong = fix(args.check)
+    if args.check and wrong:
+        print("these files disagree with _config.yml's repository:", ", ".join(wrong), file=sys.stderr)
+        return 1
+    print(("checked" if args.check else "updated"), len(wrong) if not args.check else "all", "files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
