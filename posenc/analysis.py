@@ -172,3 +172,81 @@ def verdict(values, band: Band, *, level: float = 0.95, min_seeds: int = 3) -> d
     else:
         word = "not resolved"
     return {"verdict": word, "mean": mean(values), "interval": [lo, hi], "band": str(band), "seeds": len(values)}
+
+
+# -- the comparison: length generalisation and the book's findings -------------------------------
+def beyond_scores(rows: Table, *, threshold: float = 0.9) -> tuple[dict, dict]:
+    """Scores of each scheme beyond the training length, per task, from the comparison's rows.
+
+    rows: columns scheme, task, seed, x_train and accuracy (synthetic tasks) or bpc ("lm").
+    A scheme's score on a task is its mean over seeds and over the lengths beyond L (x_train > 1).
+    Synthetic tasks on which no scheme reaches `threshold` mean accuracy at L are left out (a
+    scheme cannot generalise what it never fitted). Returns (scores {task: {scheme: score}},
+    best accuracy at L of every synthetic task).
+    """
+    rows = Table(rows)
+    schemes = list(dict.fromkeys(rows.column("scheme")))
+    tasks = list(dict.fromkeys(rows.column("task")))
+    at_l = {t: max(column_mean(rows, "accuracy", task=t, scheme=s, x_train=1.0) for s in schemes)
+            for t in tasks if t != "lm"}
+    scores = {}
+    for t in [t for t in tasks if t == "lm" or at_l[t] >= threshold]:
+        metric = "bpc" if t == "lm" else "accuracy"
+        scores[t] = {s: mean(r[metric] for r in rows.where(task=t, scheme=s) if r["x_train"] > 1) for s in schemes}
+    return scores, at_l
+
+
+def mean_reciprocal_rank(scores: dict, lower_is_better=("lm",)) -> Table:
+    """Kazemnejad et al.'s summary: rank schemes on each task, average 1/rank over tasks (MRR), best first."""
+    schemes = list(next(iter(scores.values())))
+    ranks = {t: {s: r for r, s in enumerate(sorted(schemes, key=lambda s: sc[s] if t in lower_is_better else -sc[s]), 1)}
+             for t, sc in scores.items()}
+    return Table(sorted(({"scheme": s, **{f"{t} (beyond L)": scores[t][s] for t in scores},
+                          **{f"rank {t}": ranks[t][s] for t in scores},
+                          "MRR": mean(1 / ranks[t][s] for t in scores)} for s in schemes), key=lambda r: -r["MRR"]))
+
+
+def findings(rows: Table, costs: Table | None = None) -> Table:
+    """The book's summary, one row per scheme: language-model loss at L and its ratio at 8L (means over
+    seeds with 95% bootstrap intervals), the length-generalisation MRR, and the training-step time and
+    memory against NoPE from the cost benchmark (`costs`: rows with scheme, train/nope, act/nope)."""
+    rows = Table(rows)
+    lm = rows.where(task="lm")
+    mrr = {r["scheme"]: r["MRR"] for r in mean_reciprocal_rank(beyond_scores(rows)[0])}
+    cost = {r["scheme"]: r for r in (costs or [])}
+    out = Table()
+    for s in dict.fromkeys(rows.column("scheme")):
+        seeds = sorted({r["seed"] for r in lm.where(scheme=s)})
+        at_l = [lm.where(scheme=s, seed=k, x_train=1.0)[0]["bpc"] for k in seeds]
+        ratio = [lm.where(scheme=s, seed=k, x_train=8.0)[0]["bpc"] / lm.where(scheme=s, seed=k, x_train=1.0)[0]["bpc"]
+                 for k in seeds]
+        (lo, hi), (rlo, rhi) = bootstrap_ci(at_l), bootstrap_ci(ratio)
+        row = {"scheme": s, "bpc at L": f"{mean(at_l):.3f} [{lo:.3f}, {hi:.3f}]",
+               "8L / L": f"{mean(ratio):.3f} [{rlo:.3f}, {rhi:.3f}]", "MRR": round(mrr[s], 3), "seeds": len(seeds)}
+        if s in cost:
+            row |= {"step / NoPE": round(cost[s]["train/nope"], 2), "memory / NoPE": round(cost[s]["act/nope"], 2)}
+        out.append(row)
+    return Table(sorted(out, key=lambda r: float(r["bpc at L"].split()[0])))
+
+
+def findings_summary(table: Table) -> str:
+    """A paragraph reading the `findings` table, written from its numbers (so it follows the results)."""
+    rows = list(table)
+    num = lambda r, col: float(str(r[col]).split()[0])
+    best = rows[:2]
+    flat = [r["scheme"] for r in rows if num(r, "8L / L") <= 1.01]
+    worst = max(rows, key=lambda r: num(r, "8L / L"))
+    by_mrr = sorted(rows, key=lambda r: -r["MRR"])
+    nope_rank = [r["scheme"] for r in by_mrr].index("nope") + 1 if any(r["scheme"] == "nope" for r in rows) else None
+    text = (f"At the training length the best language models are {best[0]['scheme']} and {best[1]['scheme']} "
+            f"({num(best[0], 'bpc at L'):.3f} and {num(best[1], 'bpc at L'):.3f} bits per character). "
+            f"From L to 8L, {', '.join(flat) or 'no scheme'} stay within 1% of their loss at L, while "
+            f"{worst['scheme']} degrades most ({num(worst, '8L / L'):.2f}x). "
+            f"On length generalisation (mean reciprocal rank over the tasks some scheme learned) "
+            f"{by_mrr[0]['scheme']} ranks first")
+    text += f" and NoPE {nope_rank} of {len(rows)}." if nope_rank else "."
+    if all("step / NoPE" in r for r in rows):
+        cheap = sorted((r for r in rows if r["scheme"] != "nope"), key=lambda r: r["step / NoPE"])
+        text += (f" A training step costs from {cheap[0]['step / NoPE']:.2f}x NoPE's ({cheap[0]['scheme']}) to "
+                 f"{cheap[-1]['step / NoPE']:.2f}x ({cheap[-1]['scheme']}).")
+    return text

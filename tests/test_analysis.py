@@ -63,3 +63,24 @@ def test_training_curve_helpers():
     rows = Table([{"model": "m", "seed": 0, "mlm": 1.0}, {"model": "m", "seed": 1, "mlm": 3.0}])
     out = plateau_table(rows, {("m", 0): hist, ("m", 1): hist}, entropy=2.0)
     assert out[0]["seeds_below_H"] == 1 and out[0]["seeds"] == 2 and out[0]["mean_mlm"] == 2.0
+
+
+def test_findings_table_and_summary_follow_the_rows():
+    from posenc.analysis import beyond_scores, findings, findings_summary, mean_reciprocal_rank
+    rows = Table()
+    for s, base, growth, acc in [("a", 3.0, 1.0, 0.9), ("b", 3.5, 1.3, 0.5), ("nope", 3.8, 1.02, 0.3)]:
+        for seed in range(3):
+            for x in (1.0, 2.0, 8.0):
+                rows.append({"scheme": s, "task": "lm", "seed": seed, "x_train": x,
+                             "bpc": base * (growth if x == 8.0 else 1.0) + 0.01 * seed})
+                rows.append({"scheme": s, "task": "kback", "seed": seed, "x_train": x, "accuracy": acc if x == 1.0 else acc / 2})
+            rows.append({"scheme": s, "task": "copy", "seed": seed, "x_train": 1.0, "accuracy": 0.2})
+    scores, at_l = beyond_scores(rows)
+    assert set(scores) == {"lm", "kback"} and abs(at_l["copy"] - 0.2) < 1e-12       # copy was learned by nobody
+    mrr = mean_reciprocal_rank(scores)
+    assert mrr[0]["scheme"] == "a" and mrr[0]["MRR"] == 1.0
+    table = findings(rows, Table([{"scheme": s, "train/nope": c, "act/nope": 1.0} for s, c in
+                                  [("a", 1.5), ("b", 1.1), ("nope", 1.0)]]))
+    assert [r["scheme"] for r in table] == ["a", "b", "nope"] and table[0]["bpc at L"].startswith("3.010 [")
+    text = findings_summary(table)
+    assert "a and b" in text and "b degrades most (1.30x)" in text and "a ranks first" in text and "1.10x NoPE's (b)" in text
