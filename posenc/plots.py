@@ -8,9 +8,34 @@ import torch
 from .table import Table
 
 
+#: The book's figures: at most 7 inches wide (the page's column), drawn at 150 dpi, so that
+#: 10-point text stays about 10 points on a laptop and is still legible on a phone.
+PAGE_WIDTH, DPI = 7.0, 150
+
+
+def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAGE_WIDTH, **subplot_kw):
+    """A figure of `n` panels, at most `cols` to a row and `width` inches wide: (fig, list of n axes).
+
+    Rows of panels are stacked rather than squeezed side by side, so a figure never needs
+    more than the page's width; extra cells of the last row are removed.
+    """
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int; got {n!r}")
+    if width > PAGE_WIDTH:
+        raise ValueError(f"width must be at most {PAGE_WIDTH} inches (the page's column); got {width}")
+    cols = min(cols, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, row_height * rows), dpi=DPI, layout="constrained",
+                             squeeze=False, **subplot_kw)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.remove()
+    return fig, flat[:n]
+
+
 def _axes(ax, figsize=(6, 3.5)):
     if ax is None:
-        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+        _, ax = plt.subplots(figsize=figsize, dpi=DPI, layout="constrained")
     return ax
 
 
