@@ -86,3 +86,12 @@ def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dic
     folder = (results_root() if results_dir is None else Path(results_dir)) / profile / "claims"
     return [{"chapter": f.stem, "claim": claim, **rec} for f in sorted(folder.glob("*.json"))
             for claim, rec in _read_json(f).items()]
+
+
+def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = None):
+    """The claims `chapter` recorded for `profile`, as a table (claim, measured, verdict): what the chapter
+    shows after recording them, and what the comparison chapter's claims table collects."""
+    from ..table import Table
+    path = _claims_path(profile, chapter, results_dir)
+    claims = _read_json(path) if path.exists() else {}
+    return Table({"claim": c, "measured": r["measured"], "verdict": r["verdict"]} for c, r in claims.items())
