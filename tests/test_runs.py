@@ -184,3 +184,19 @@ def test_a_deadline_stops_cleanly_keeping_what_finished(tmp_path):
     assert int(abandoned) > 0 and float(seconds) < 15 and time.monotonic() - t0 < 40   # the process exits too
     store = Store("ci", tmp_path)
     assert len(store.keys()) == int(done) and all(store.get(s) is not None for s in specs if s.key in store.keys())
+
+
+def test_a_chapter_rebuilds_a_kept_model_and_refuses_one_it_cannot(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CI_STORE", str(tmp_path))
+    from posenc.runs.ensure import Runs
+    spec = tiny().replace(keep_weights=True)
+    [rec] = ensure([spec], store=Store("ci", tmp_path))
+    runs = Runs("test", "ci", [({"seed": 0}, spec)], [rec])
+    model = runs.model(seed=0)
+    torch_state = rec.state_dict()
+    assert all((model.state_dict()[k] == v).all() for k, v in torch_state.items())
+    from posenc.runs import Record
+    cnn = RunSpec(scheme="zero", task="cnn_position", recipe="cnn_position", model={"channels": 4, "dilations": [1]})
+    other = Runs("test", "ci", [({"seed": 0}, cnn)], [Record({**rec, "spec": cnn.to_dict()})])
+    with pytest.raises(ValueError, match="not a model to rebuild"):
+        other.model(seed=0)

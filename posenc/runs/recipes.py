@@ -58,6 +58,9 @@ def get_recipe(name: str) -> Callable:
 def build_untrained(spec) -> torch.nn.Module:
     """The recipe's model with fresh weights (to load a stored state_dict into)."""
     from ..model import build_model
+    if spec.recipe not in ("sequence", "pretrain", "learned_extension", "rope_extension"):
+        raise ValueError(f"runs of recipe {spec.recipe!r} store their results, not a model to rebuild; "
+                         "read their table instead")
     task = make_task(spec.task, **spec.task_kwargs)
     if spec.recipe == "pretrain":
         kwargs = {"max_len": task.train_length, **spec.model}
