@@ -46,7 +46,9 @@ class Table(list):
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
                        for r in self)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        # A wide table scrolls inside its own box, so the page never overflows on a phone.
+        return (f'<div style="overflow-x: auto; max-width: 100%"><table><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table></div>")
 
 
 def _fmt(v) -> str:
