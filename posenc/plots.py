@@ -13,6 +13,25 @@ from .table import Table
 PAGE_WIDTH, DPI = 7.0, 150
 
 
+#: One colour and one marker per scheme across the whole book. The colours are Paul Tol's
+#: colour-blind-safe "muted" and "bright" sets; the markers tell apart the pairs that share a hue.
+_TOL = ["#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499",
+        "#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB"]
+SCHEME_STYLE = {name: (_TOL[i], "osD^v<>ph*Xd8P"[i % 14]) for i, name in enumerate(
+    ["nope", "learned", "sinusoidal", "floater", "multiplicative", "complex", "shaw", "xl", "t5", "tupe", "deberta",
+     "rope", "alibi"])}
+
+
+def style(label) -> dict:
+    """Line style of a curve labelled with a scheme's name: its fixed colour and marker; any other
+    label keeps matplotlib's cycle (an empty dict)."""
+    name = str(label)
+    if name in SCHEME_STYLE:
+        color, marker = SCHEME_STYLE[name]
+        return {"color": color, "marker": marker}
+    return {}
+
+
 def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAGE_WIDTH, **subplot_kw):
     """A figure of `n` panels, at most `cols` to a row and `width` inches wide: (fig, list of n axes).
 
@@ -44,7 +63,9 @@ def training_curves(histories: dict, *, metric: str = "loss", ylabel: str = "tra
     """One line per run: {label: history list of {"step", metric}}."""
     ax = _axes(ax)
     for label, history in histories.items():
-        ax.plot([h["step"] for h in history], [h[metric] for h in history], label=label)
+        kw = style(label)
+        kw.pop("marker", None)
+        ax.plot([h["step"] for h in history], [h[metric] for h in history], label=label, **kw)
     ax.set(xlabel="training step", ylabel=ylabel)
     if logy:
         ax.set_yscale("log")
@@ -63,7 +84,7 @@ def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_t
         xs = sorted(set(rows.column(x)))
         vals = [np.array(rows.where(**{x: v}).column(y), dtype=float) for v in xs]
         mean = [v.mean() for v in vals]
-        line, = ax.plot(xs, mean, marker="o", label=str(group))
+        line, = ax.plot(xs, mean, **{"marker": "o", **style(group)}, label=str(group))
         if any(len(v) > 1 for v in vals):
             ax.fill_between(xs, [v.min() for v in vals], [v.max() for v in vals], alpha=0.2, color=line.get_color())
     if train_mark is not None:

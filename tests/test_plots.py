@@ -37,3 +37,12 @@ def test_table_html_escapes_its_cells():
     from posenc import Table
     html = Table([{"claim <x>": "a <= b & c"}])._repr_html_()
     assert "<th>claim &lt;x&gt;</th>" in html and "<td>a &lt;= b &amp; c</td>" in html
+
+
+def test_every_scheme_has_one_style_and_other_labels_keep_the_cycle():
+    import posenc
+    from posenc.plots import SCHEME_STYLE, style
+    assert set(posenc.SCHEMES) <= set(SCHEME_STYLE)
+    assert len({c for c, _ in SCHEME_STYLE.values()}) == len(SCHEME_STYLE)          # one colour each
+    assert style("rope") == {"color": SCHEME_STYLE["rope"][0], "marker": SCHEME_STYLE["rope"][1]}
+    assert style("RoPE + PI x4") == {} and style("k=4") == {}
