@@ -158,6 +158,7 @@ class Transformer(nn.Module):
         With `mem_len` > 0 (Transformer-XL memory) keys are [memory; segment], the
         context is a `SegmentContext` and the causal mask is right-aligned (T, M + T).
         """
+        start = mem_len if positions is None else None      # default positions: consecutive from mem_len
         if mem_len and positions is None:
             positions = torch.arange(mem_len, mem_len + seq_len, device=device)
         positions = self._check_positions(seq_len, positions, device)
@@ -169,6 +170,7 @@ class Transformer(nn.Module):
             ctx = SegmentContext(positions, self.causal, key_positions=torch.cat([before, positions]))
         else:
             ctx = PositionContext(positions, self.causal, has_cls=self.cls is not None)
+        ctx.start = start
         ctx.tables = self.scheme.prepare(ctx)
         bias = self.scheme.logit_bias(ctx)                           # hook 3, once for all layers
         if self.causal and (bias is not None or self.scheme.custom_attention or mem_len):

@@ -48,6 +48,7 @@ class PositionContext:
     has_cls: bool = False  # positions[0] belongs to a [CLS] token
     tables: dict = field(default_factory=dict)  # filled once by Scheme.prepare
     attn_mask: Tensor | None = None  # [h or 1, seq, seq] float: bias + causal mask
+    start: int | None = None  # positions are start, start + 1, ... (the model's default), known without a sync
 
     @property
     def seq_len(self) -> int:

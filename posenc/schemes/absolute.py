@@ -99,6 +99,9 @@ class _TableScheme(Scheme):
 
     def rows(self, ctx: PositionContext) -> Tensor:
         """P[positions]: [seq, d_model]; ValueError (naming max_len) past the table."""
+        n = ctx.seq_len
+        if ctx.start is not None and ctx.start + n <= self.max_len:   # the model's default positions:
+            return self.table.narrow(0, ctx.start, n)                # a view and a cheap backward, no host sync
         pos = integer_positions(ctx.positions)
         if pos.numel() and pos.max() >= self.max_len:
             if self.overflow == "error":
@@ -106,10 +109,6 @@ class _TableScheme(Scheme):
                                  f"learned table has max_len={self.max_len} rows; build with a larger max_len, "
                                  f"extend it (posenc.absolute.extend_learned_table) or pass overflow='clamp'")
             pos = pos.clamp(max=self.max_len - 1)
-        n = pos.numel()
-        if n and int(pos[-1]) - int(pos[0]) == n - 1 and torch.equal(pos, torch.arange(int(pos[0]), int(pos[0]) + n,
-                                                                                        device=pos.device)):
-            return self.table.narrow(0, int(pos[0]), n)          # consecutive: a view, and a cheap backward
         return self.table[pos]                                                       # (T, D)
 
 
