@@ -153,5 +153,9 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
             q.cancel_join_thread()
             q.close()
         bar.close()
+    # A run may have been stored in the instant before its worker was stopped, its message unread:
+    # the store, not the messages, says what finished.
+    finished = set(done) | set(failed)
+    done += [s.key for s in specs if s.key not in finished and store.path(s).exists()]
     finished = set(done) | set(failed)
     return {"done": done, "failed": failed, "abandoned": [s.key for s in specs if s.key not in finished]}
