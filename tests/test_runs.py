@@ -200,3 +200,22 @@ def test_a_chapter_rebuilds_a_kept_model_and_refuses_one_it_cannot(tmp_path, mon
     other = Runs("test", "ci", [({"seed": 0}, cnn)], [Record({**rec, "spec": cnn.to_dict()})])
     with pytest.raises(ValueError, match="not a model to rebuild"):
         other.model(seed=0)
+
+
+def test_a_chapter_states_its_profile_and_what_is_missing_in_its_key_result(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CI_STORE", str(tmp_path))
+    from posenc.runs.ensure import Runs
+    specs = [tiny(seed=s) for s in (0, 1)]
+    records = ensure(specs, store=Store("ci", tmp_path))
+    runs = Runs("02_sinusoidal", "ci", [({"seed": s}, spec) for s, spec in zip((0, 1), specs)], records)
+    status = runs.status()
+    assert status.startswith("Numbers from the quick `ci` profile: 2 runs on CPU, seeds 0, 1.")
+    assert "--profile full --chapters 02_sinusoidal" in status            # the full profile is declared, not stored
+    one = Runs("02_sinusoidal", "full", [({"seed": 0}, specs[0])], records[:1])
+    assert one.status() == "Numbers from the GPU `full` profile: 1 run on CPU, seed 0."   # nothing larger to make
+    text = runs.key_result("RoPE wins.", "  ALiBi holds.  ")
+    assert text.startswith("RoPE wins. ALiBi holds.\n\n*Numbers from") and text.endswith("*")
+    with pytest.raises(ValueError, match="sentences"):
+        runs.key_result()
+    with pytest.raises(ValueError, match="sentences"):
+        runs.key_result("ok", " ")

@@ -122,6 +122,41 @@ class Runs:
                 + (f", seeds {', '.join(map(str, seeds))}" if seeds else "") + ")"
                 + (f"; made by older code: {', '.join(older)}" if older else ""))
 
+    def status(self) -> str:
+        """One sentence: which profile the numbers come from, and how to make the larger ones.
+
+        The `ci` profile is what nbval recomputes on two CPU cores; `paper` (CPU, hours) and
+        `full` (one GPU) are stored by the runner and shown when every run of the chapter is there.
+        """
+        from .plans import plan
+        seeds = sorted({lab["seed"] for lab in self.labels if "seed" in lab})
+        devices = sorted({r.get("machine", "?").split(":")[0].upper() for r in self.records})
+        made = (f"{len(self)} run{'s' if len(self) != 1 else ''} on {'/'.join(devices)}"
+                + (f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else ""))
+        scale = {"ci": "the quick `ci` profile", "paper": "the CPU `paper` profile",
+                 "full": "the GPU `full` profile"}[self.profile]
+        larger = [p for p in PROFILES[PROFILES.index(self.profile) + 1:] if plan(self.name, p)]
+        more = (f" Not stored yet: {' and '.join(f'`{p}`' for p in larger)} "
+                f"(`python -m posenc.runs --profile {larger[-1]} --chapters {self.name}`)." if larger else "")
+        return f"Numbers from {scale}: {made}.{more}"
+
+    def key_result(self, *sentences: str, name: str = "key_result"):
+        """The chapter's key result: its sentences and `status()`, glued as Markdown under `name`.
+
+        A chapter calls it once its verdicts are computed; the box at the top of the page shows
+        the glued text (myst-nb's `glue:md`). Outside a notebook build it just returns the text.
+        """
+        if not sentences or not all(isinstance(s, str) and s.strip() for s in sentences):
+            raise ValueError("sentences must be one or more non-empty strings")
+        text = " ".join(s.strip() for s in sentences) + "\n\n*" + self.status() + "*"
+        try:
+            from IPython.display import Markdown
+            from myst_nb import glue
+        except ImportError:
+            return text
+        glue(name, Markdown(text), display=False)
+        return text
+
 
 def chapter(name: str, profile: str = "auto", *, workers: int | None = None, progress: bool = False,
             load_only: bool = False) -> Runs:
