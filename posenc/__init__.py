@@ -15,7 +15,7 @@ from .scheme import SCHEMES, PositionContext, Scheme, get_scheme, register
 from .attention import Attention
 from .model import Transformer, build_model
 from .table import Table
-from . import tasks, vision, plots, analysis
+from . import tasks, vision, plots, analysis, interactive
 from .runs.train import TrainConfig, train
 from .runs.evaluate import length_table, run
 from .runs.profiles import chapter_claims, load_claims, load_results, resolve, save_claim, save_results
