@@ -47,7 +47,7 @@ class Table(list):
         body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
                        for r in self)
         # A wide table scrolls inside its own box, so the page never overflows on a phone.
-        return (f'<div style="overflow-x: auto; max-width: 100%"><table><thead><tr>{head}</tr></thead>'
+        return (f'<div style="overflow-x: auto; max-width: 100%"><table class="posenc-table"><thead><tr>{head}</tr></thead>'
                 f"<tbody>{body}</tbody></table></div>")
 
 
