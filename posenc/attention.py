@@ -2,7 +2,8 @@
 
     a_ij = scale * <q_i, k_j> + b_ij + b^l_ij + e_ij,   o_i = sum_j softmax_j(a_ij) v_j + u_i
 
-with (q_i, k_j) possibly rotated by `Scheme.transform_qk`, b the layer-shared
+with (q_i, k_j) possibly rotated by `Scheme.layer_transform_qk` (by default the same
+`Scheme.transform_qk` in every layer), b the layer-shared
 `Scheme.logit_bias` merged with the causal mask (`PositionContext.attn_mask`), b^l the
 per-layer `Scheme.layer_logit_bias`, e the per-layer `Scheme.extra_logits` and u the
 per-layer `Scheme.extra_values`.
@@ -36,7 +37,7 @@ class Attention(nn.Module):
             x = torch.cat([memory, x], 1)                          # (B, M+T, D)
         q, k, v = self.qkv(x).view(B, x.shape[1], 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
         q = q[:, :, -T:]                                           # 3 x (B, H, T or M+T, Dh)
-        q, k = scheme.transform_qk(q, k, ctx)                      # hook 2: rotate q, k
+        q, k = scheme.layer_transform_qk(q, k, ctx, self.layer)    # hook 2: rotate q, k (this layer's way)
         mask = ctx.attn_mask                                       # hook 3: (H|1, T, T) bias + causal mask, or None
         layer_bias = scheme.layer_logit_bias(ctx, self.layer)      # hook 3b: (H|1, T, T) per layer, or None
         if layer_bias is not None:

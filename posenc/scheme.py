@@ -12,6 +12,8 @@ the matching hook. Every default does nothing, so `Scheme` itself is NoPE.
 | `embed`          | x_i -> x_i + p_i (or x_i * p_i)           | learned, sinusoidal      |
 | `layer_input`    | the same, before every block              | FLOATER, DeBERTa's EMD   |
 | `transform_qk`   | q_i -> R_i q_i, k_j -> R_j k_j            | RoPE                     |
+| `layer_transform_qk` | the same, in block l only (default:   | Llama 4's NoPE layers    |
+|                  | `transform_qk` in every block)            |                          |
 | `logit_bias`     | a_ij += b_ij, shared by all layers        | T5, ALiBi                |
 | `layer_logit_bias` | a_ij += b^l_ij, one per layer           | FIRE, KERPLE             |
 | `extra_logits`,  | per-layer terms from q, k and positions   | Shaw, Transformer-XL,    |
@@ -77,8 +79,8 @@ class Scheme(nn.Module):
     causal_only = False
 
     #: The hooks a scheme may override, in the order a forward pass calls them.
-    HOOKS = ("prepare", "embed", "layer_input", "transform_qk", "logit_bias", "layer_logit_bias", "extra_logits",
-             "extra_values", "logit_scale")
+    HOOKS = ("prepare", "embed", "layer_input", "transform_qk", "layer_transform_qk", "logit_bias", "layer_logit_bias",
+             "extra_logits", "extra_values", "logit_scale")
 
     def __init__(self, *, d_model: int, n_heads: int, n_layers: int, max_len: int, causal: bool):
         super().__init__()
@@ -104,6 +106,10 @@ class Scheme(nn.Module):
     def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:
         """q, k: [batch, heads, seq, head_dim] -> same; rotary schemes rotate them."""
         return q, k
+
+    def layer_transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> tuple[Tensor, Tensor]:
+        """The q/k transform of block `layer` (what attention calls); `transform_qk` in every block by default."""
+        return self.transform_qk(q, k, ctx)
 
     # -- hook 3: logit bias ----------------------------------------------------
     def logit_bias(self, ctx: PositionContext) -> Tensor | None:

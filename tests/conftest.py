@@ -20,3 +20,9 @@ def _seed():
 def small_model(scheme="nope", causal=True, vocab=23, **kw):
     kw = {"d_model": 32, "n_heads": 4, "n_layers": 2, "max_len": 64, **kw}
     return posenc.build_model(scheme, vocab, causal=causal, **kw).eval()
+
+
+def skip_bidirectional_if_causal_only(scheme, causal):
+    """A `causal_only` scheme (xPos, CoPE) refuses causal=False (test_model checks that it does): skip that case."""
+    if not causal and posenc.SCHEMES[scheme].causal_only:
+        pytest.skip(f"{scheme} is causal_only")

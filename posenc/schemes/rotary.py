@@ -27,8 +27,27 @@ Context extension (scheme options, applied at evaluation or fine-tuning time):
     * NTK-aware scaling (bloc97, 2023; Peng et al., 2024, YaRN Eq. 14-16):
       base -> base * s^(d / (d - 2)), which leaves theta_0 = 1 unchanged and divides the
       lowest frequency theta_{d/2-1} by exactly s.
+
+Which dimensions rotate, and in which layers (scheme options, composable):
+    * partial rotation (GPT-NeoX's `rotary_pct`, Phi's `partial_rotary_factor`):
+      `rotary_fraction` f in (0, 1]; only the first r = round(f d_h) dims of a head rotate
+      (r must be even), as a RoPE of dimension r (theta_i = base^(-2i/r), pairs laid out
+      within those r dims), and the last d_h - r pass through:
+          q' = [R_m q_{:r} ; q_{r:}];
+    * p-RoPE (Barbero et al., 2025, "Round and Round We Go!"): `p` in [0, 1]; of the d/2
+      pairs (d = r with partial rotation) the floor(p d/2) of highest frequency keep theta_i,
+      the others get theta_i = 0 (angle 0: unrotated, semantic channels), as Gemma's
+      `rope_proportion`:
+          theta_i = base^(-2i/d) if i < floor(p d/2) else 0;
+      p = 1 is RoPE, p = 0 is NoPE;
+    * NoPE layers (Llama 4 interleaves them): `nope_layers` (0-based block indices) or
+      `nope_every=k` (every k-th block counting from 1: blocks k-1, 2k-1, ...) leave q and k
+      unrotated, through the per-layer hook `layer_transform_qk`. The model stays
+      shift-invariant: a NoPE layer sees no position at all.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -57,15 +76,43 @@ def ntk_base(base: float, factor: float, dim: int) -> float:
     return float(base) * float(factor) ** (dim / (dim - 2))
 
 
-def rope_table(positions: Tensor, dim: int, base: float = 10000.0, dtype=torch.float32) -> tuple[Tensor, Tensor]:
+def rotated_dims(head_dim: int, rotary_fraction: float = 1.0) -> int:
+    """Partial rotation: the r = round(rotary_fraction * head_dim) leading dims that rotate (even, >= 2)."""
+    f = rotary_fraction
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
+        raise ValueError(f"rotary_fraction must be a number in (0, 1]; got {rotary_fraction!r}")
+    r = round(rotary_fraction * head_dim)
+    if r < 2 or r % 2:
+        raise ValueError(f"rotary_fraction * head_dim must round to an even number >= 2 (RoPE rotates pairs); "
+                         f"got round({rotary_fraction!r} * {head_dim}) = {r}")
+    return r
+
+
+def rotated_pairs(pairs: int, p: float = 1.0) -> int:
+    """p-RoPE: how many of `pairs` frequency pairs, highest first, keep rotating: floor(p * pairs).
+
+    The 1e-9 keeps a product that is an integer in exact arithmetic (0.58 * 50 = 28.999...)
+    from being floored below it.
+    """
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+        raise ValueError(f"p must be a number in [0, 1] (the fraction of rotating frequency pairs); got {p!r}")
+    return math.floor(p * pairs + 1e-9)
+
+
+def rope_table(positions: Tensor, dim: int, base: float = 10000.0, dtype=torch.float32,
+               p: float = 1.0) -> tuple[Tensor, Tensor]:
     """cos(m theta_i), sin(m theta_i) for every position m: two [seq, dim/2] tensors of `dtype`.
 
     The angles m * theta_i are formed in float64 (float32 on devices without float64),
     so a position like 60,000 keeps its exact value; only the cos/sin are rounded.
+    p < 1 (p-RoPE) sets theta_i = 0 for the lowest-frequency pairs i >= floor(p dim/2):
+    their cos is exactly 1 and sin exactly 0.
     """
     positions = _check_positions(positions)
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
-    angles = positions.to(wide)[:, None] * rope_frequencies(dim, base, wide, positions.device)  # (T, dim/2)
+    theta = rope_frequencies(dim, base, wide, positions.device)                              # (dim/2,)
+    theta[rotated_pairs(dim // 2, p):] = 0                                                   # p-RoPE: no rotation
+    angles = positions.to(wide)[:, None] * theta                                             # (T, dim/2)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -81,11 +128,24 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved") -> 
     return _Rotate.apply(x, cos, sin, layout)
 
 
-def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved") -> Tensor:
+def rotate_leading(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved") -> Tensor:
+    """Partial rotation: R_m on the first r = 2 * cos.shape[-1] dims of x [..., seq, dim], the rest unchanged."""
+    r = 2 * cos.shape[-1]
+    if r == x.shape[-1]:
+        return rotate(x, cos, sin, layout)
+    if r > x.shape[-1]:
+        raise ValueError(f"cos/sin rotate {r} dims but x has only x.shape[-1]={x.shape[-1]}")
+    return torch.cat([rotate(x[..., :r], cos, sin, layout), x[..., r:]], -1)
+
+
+def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved", *,
+               rotary_fraction: float = 1.0, p: float = 1.0) -> Tensor:
     """Rotate x [..., seq, dim] by the angles positions[t] * theta_i (contract).
 
     positions: [seq], long or float (fractional positions are fine, e.g. for interpolation).
     layout: "interleaved" (RoFormer) or "half" (GPT-NeoX/LLaMA). Returns x's dtype and shape.
+    rotary_fraction: rotate only the first round(rotary_fraction * dim) dims (GPT-NeoX, Phi).
+    p: p-RoPE, the fraction of frequency pairs (highest first) that rotate; the others do not.
     """
     _check_layout(layout)
     if not isinstance(x, Tensor) or x.dim() < 2:
@@ -94,13 +154,18 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str 
     positions = _check_positions(positions)
     if positions.shape[0] != x.shape[-2]:
         raise ValueError(f"positions must have length seq={x.shape[-2]} (x.shape[-2]); got {positions.shape[0]}")
-    cos, sin = rope_table(positions.to(x.device), x.shape[-1], base, _compute_dtype(x.dtype))
-    return rotate(x, cos, sin, layout)
+    r = rotated_dims(x.shape[-1], rotary_fraction)
+    cos, sin = rope_table(positions.to(x.device), r, base, _compute_dtype(x.dtype), p)
+    return rotate_leading(x, cos, sin, layout)
 
 
 # -- the rotation and its autograd ----------------------------------------------------
 class _Rotate(torch.autograd.Function):
-    """y = R(m theta) x;  dL/dx = R(m theta)^T g = R(-m theta) g (no activation saved)."""
+    """y = R(m theta) x;  dL/dx = R(m theta)^T g = R(-m theta) g (no activation saved).
+
+    The backward is the transpose whatever the tables: with cos, sin scaled by s (xPos,
+    `posenc.xpos`) the map is s R and its vector-Jacobian product s R^T g.
+    """
 
     @staticmethod
     def forward(ctx, x, cos, sin, layout):
@@ -156,6 +221,33 @@ def _check_layout(layout) -> None:
         raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
 
 
+def nope_layer_indices(n_layers: int, nope_layers=None, nope_every: int | None = None) -> tuple[int, ...]:
+    """The blocks (0-based) that leave q, k unrotated: `nope_layers` as given, or every `nope_every`-th
+    block counting from 1 (Llama 4: block l is NoPE when (l + 1) % nope_every == 0); () by default."""
+    if nope_layers is not None and nope_every is not None:
+        raise ValueError(f"give nope_layers or nope_every, not both; got nope_layers={nope_layers!r}, "
+                         f"nope_every={nope_every!r}")
+    if nope_every is not None:
+        if not _is_int(nope_every) or nope_every < 1:
+            raise ValueError(f"nope_every must be a positive int (every k-th layer, counting from 1); "
+                             f"got {nope_every!r}")
+        if nope_every > n_layers:
+            raise ValueError(f"nope_every={nope_every} selects no layer of n_layers={n_layers}")
+        return tuple(range(nope_every - 1, n_layers, nope_every))
+    if nope_layers is None:
+        return ()
+    if not isinstance(nope_layers, (tuple, list, range, set, frozenset)) or not all(_is_int(i) for i in nope_layers):
+        raise TypeError(f"nope_layers must be a tuple of layer indices (ints); got {nope_layers!r}")
+    bad = sorted(i for i in nope_layers if not 0 <= i < n_layers)
+    if bad:
+        raise ValueError(f"nope_layers must lie in [0, n_layers={n_layers}) (0-based block indices); got {bad}")
+    return tuple(sorted(set(nope_layers)))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_positions(positions) -> Tensor:
     if not isinstance(positions, Tensor) or positions.dim() != 1:
         got = getattr(positions, "shape", type(positions).__name__)
@@ -171,11 +263,16 @@ class RoPE(Scheme):
     """q_m -> R_m q_m, k_n -> R_n k_n in every layer; attention stays fused SDPA.
 
     Args (besides the `Scheme` ones):
-        base: theta_i = base^(-2i/d_h).
+        base: theta_i = base^(-2i/r), r the rotated dims (d_h by default).
         layout: "interleaved" (RoFormer) or "half" (GPT-NeoX/LLaMA).
         scaling: None, "pi" (position interpolation, m -> m / factor) or "ntk"
-            (NTK-aware, base -> base * factor^(d_h / (d_h - 2))).
+            (NTK-aware, base -> base * factor^(r / (r - 2))).
         factor: the context-extension factor s >= 1 used by `scaling`.
+        rotary_fraction: rotate only the first r = round(rotary_fraction * d_h) dims of
+            each head (GPT-NeoX `rotary_pct`, Phi `partial_rotary_factor`); r must be even.
+        p: p-RoPE; only the floor(p r/2) highest-frequency pairs rotate, the rest get angle 0.
+        nope_layers: 0-based blocks where q, k are not rotated (Llama 4's NoPE layers), or
+        nope_every: every k-th block, counting from 1, is such a NoPE block.
     The tables are computed once per forward in `prepare` and cached per sequence
     length for the default positions 0..n-1; `set_scaling` changes the extension
     after training (it clears the cache).
@@ -185,12 +282,17 @@ class RoPE(Scheme):
 
     def __init__(self, *, d_model: int, n_heads: int, n_layers: int, max_len: int, causal: bool,
                  base: float = 10000.0, layout: str = "interleaved", scaling: str | None = None,
-                 factor: float = 1.0):
+                 factor: float = 1.0, rotary_fraction: float = 1.0, p: float = 1.0,
+                 nope_layers=None, nope_every: int | None = None):
         super().__init__(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal)
         _check_dim(self.head_dim, "head_dim (d_model / n_heads)")
         _check_layout(layout)
-        rope_frequencies(self.head_dim, base)  # validates base
+        self.rot_dim = rotated_dims(self.head_dim, rotary_fraction)
+        rope_frequencies(self.rot_dim, base)  # validates base
+        rotated_pairs(self.rot_dim // 2, p)   # validates p
         self.base, self.layout = float(base), layout
+        self.rotary_fraction, self.p = float(rotary_fraction), float(p)
+        self.nope_layers = nope_layer_indices(n_layers, nope_layers, nope_every)
         self._cache: dict = {}
         self.set_scaling(scaling, factor)
 
@@ -200,18 +302,24 @@ class RoPE(Scheme):
             raise ValueError(f"scaling must be one of {SCALINGS}; got {scaling!r}")
         if not (isinstance(factor, (int, float)) and factor >= 1):
             raise ValueError(f"factor must be a number >= 1; got {factor!r}")
+        if scaling == "ntk":
+            ntk_base(self.base, factor, self.rot_dim)  # validates the rotated dims
         self.scaling, self.factor = scaling, float(factor)
         self._cache.clear()
 
     @property
     def effective_base(self) -> float:
-        return ntk_base(self.base, self.factor, self.head_dim) if self.scaling == "ntk" else self.base
+        return ntk_base(self.base, self.factor, self.rot_dim) if self.scaling == "ntk" else self.base
+
+    def scaled_positions(self, positions: Tensor) -> Tensor:
+        """The positions the angles see: m, or m / factor under position interpolation."""
+        if self.scaling == "pi":
+            return positions.to(torch.float64 if positions.device.type != "mps" else torch.float32) / self.factor
+        return positions
 
     def table(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(cos, sin) [seq, d_h/2] for these positions, with the scaling applied."""
-        if self.scaling == "pi":
-            positions = positions.to(torch.float64 if positions.device.type != "mps" else torch.float32) / self.factor
-        return rope_table(positions, self.head_dim, self.effective_base)
+        """(cos, sin) [seq, r/2] for these positions, with the scaling and p applied."""
+        return rope_table(self.scaled_positions(positions), self.rot_dim, self.effective_base, p=self.p)
 
     def prepare(self, ctx: PositionContext) -> dict:
         pos, n = ctx.positions, ctx.seq_len
@@ -227,5 +335,11 @@ class RoPE(Scheme):
         return {"rope": tables}
 
     def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:
-        cos, sin = ctx.tables["rope"]                                   # (T, d_h/2) each
-        return rotate(q, cos, sin, self.layout), rotate(k, cos, sin, self.layout)  # (B, H, T, d_h)
+        cos, sin = ctx.tables["rope"]                                   # (T, r/2) each
+        return rotate_leading(q, cos, sin, self.layout), rotate_leading(k, cos, sin, self.layout)  # (B, H, T, d_h)
+
+    def layer_transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> tuple[Tensor, Tensor]:
+        """No rotation in the NoPE layers, `transform_qk` in the others."""
+        if layer in self.nope_layers:
+            return q, k
+        return self.transform_qk(q, k, ctx)

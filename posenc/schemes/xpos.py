@@ -1,0 +1,159 @@
+"""xPos (Sun et al., 2023, "A Length-Extrapolatable Transformer"): RoPE with a decaying scale.
+
+On top of RoPE's rotation R_m (`posenc.rotary`), pair i of a query is scaled up and pair i
+of a key scaled down by a per-pair factor zeta_i < 1 (the paper's Eq. for f_q, f_k):
+
+    q_m -> zeta^(m/gamma) R_m q_m,   k_n -> zeta^(-n/gamma) R_n k_n,
+    zeta_i = (i/(d/2) + gamma_hat) / (1 + gamma_hat),   i = 0 .. d/2 - 1,
+
+gamma_hat = 0.4 and the scale base gamma = 512 as in the paper (and in rotary-embedding-torch
+and x-transformers). Pair i of the score is then
+
+    <zeta^(m/gamma) R_m q, zeta^(-n/gamma) R_n k>_i = zeta_i^((m - n)/gamma) <R_{m-n} q, k>_i,
+
+a function of m - n only (shift-invariant in exact arithmetic) that decays with the
+distance m - n >= 0: the high-frequency pairs (small i, zeta_i near gamma_hat/(1+gamma_hat))
+decay fastest, the low-frequency ones (zeta_i near 1) hardly at all.
+
+Causal only: for a future key, j > i, the factor zeta^((i - j)/gamma) > 1 *grows* with the
+distance, so a bidirectional model would amplify far future keys exponentially; the paper
+uses xPos in causal language models only, and x-transformers refuses it bidirectionally.
+Constructing the scheme with causal=False raises.
+
+Numerical range: the factors zeta^(+-m/gamma) themselves are not shift-invariant; at m =
+30,000 the factor zeta_0^(-m/512) = 3.5^58.6 ~ 1e32 is near float32's limit. Every
+exponent is therefore taken relative to a centre c of the positions (as the references do,
+with c = seq_len // 2):
+
+    q_m -> zeta^((m - c)/gamma) R_m q_m,   k_n -> zeta^(-(n - c)/gamma) R_n k_n,
+    c = min(m) + floor((max(m) - min(m) + 1) / 2)     (= n // 2 for positions 0 .. n-1),
+
+which leaves every score unchanged (the zeta^(c/gamma) cancel) and shifts with the
+positions, so |m - c| <= (max - min)/2 + 1 whatever the offset. With gamma = 512 the
+factors then stay within float32 (and bf16) up to ~70,000 tokens, within float16 (whose q,
+k the rotation returns) up to ~9,000. The scale is formed in float64 and folded into the
+cos/sin tables (q: zeta^a cos, zeta^a sin; k: the same divided), so the rotation kernel of
+`posenc.rotary` does the whole transform and its backward, the transpose, stays exact.
+
+The scheme takes every RoPE option (layout, scaling, rotary_fraction, p, nope_layers):
+with partial rotation only the r rotated dims are scaled, with zeta over their r/2 pairs
+(as x-transformers does); NoPE layers are neither rotated nor scaled. The paper's
+blockwise causal attention (for extrapolation) is not part of this scheme.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..scheme import register
+from ..scheme import PositionContext
+from .rotary import (RoPE, _check_dim, _check_layout, _check_positions, _compute_dtype, rope_table, rotate_leading,
+                     rotated_dims)
+
+
+# -- functional core ------------------------------------------------------------------
+def xpos_zeta(dim: int, gamma_hat: float = 0.4, dtype=torch.float64, device=None) -> Tensor:
+    """zeta_i = (i/(dim/2) + gamma_hat) / (1 + gamma_hat), i = 0 .. dim/2 - 1: [dim/2], in (0, 1)."""
+    _check_dim(dim)
+    _check_gamma_hat(gamma_hat)
+    i = torch.arange(0, dim // 2, dtype=dtype, device=device)
+    return (i / (dim / 2) + gamma_hat) / (1 + gamma_hat)
+
+
+def xpos_centre(positions: Tensor) -> Tensor:
+    """c = min + floor((max - min + 1) / 2): n // 2 for 0..n-1, and c + s when every position moves by s."""
+    positions = _check_positions(positions)
+    if positions.numel() == 0:
+        return positions.new_zeros(())
+    lo, hi = positions.min(), positions.max()
+    return lo + torch.div(hi - lo + 1, 2, rounding_mode="floor")
+
+
+def xpos_scale(positions: Tensor, dim: int, scale_base: float = 512.0, gamma_hat: float = 0.4,
+               dtype=torch.float32) -> Tensor:
+    """zeta_i^((m - c) / scale_base) for every position m: [seq, dim/2] (the query's; the key's is 1 / it)."""
+    positions = _check_positions(positions)
+    _check_scale_base(scale_base)
+    wide = torch.float32 if positions.device.type == "mps" else torch.float64
+    power = (positions - xpos_centre(positions)).to(wide) / scale_base                   # (T,)
+    return (xpos_zeta(dim, gamma_hat, wide, positions.device) ** power[:, None]).to(dtype)  # (T, dim/2)
+
+
+def xpos_table(positions: Tensor, dim: int, base: float = 10000.0, scale_base: float = 512.0,
+               gamma_hat: float = 0.4, dtype=torch.float32, p: float = 1.0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(cos, sin) scaled for queries and for keys: zeta^a cos(m theta), zeta^a sin(m theta), and the same
+    divided by zeta^a, a = (m - c)/scale_base; four [seq, dim/2] tensors of `dtype`."""
+    positions = _check_positions(positions)
+    wide = torch.float32 if positions.device.type == "mps" else torch.float64
+    cos, sin = rope_table(positions, dim, base, wide, p)
+    s = xpos_scale(positions, dim, scale_base, gamma_hat, wide)
+    return tuple(t.to(dtype) for t in (cos * s, sin * s, cos / s, sin / s))
+
+
+def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved", *,
+               scale_base: float = 512.0, gamma_hat: float = 0.4, rotary_fraction: float = 1.0,
+               p: float = 1.0) -> tuple[Tensor, Tensor]:
+    """(zeta^((m-c)/gamma) R_m q_m, zeta^(-(n-c)/gamma) R_n k_n) for q, k [..., seq, dim] (contract).
+
+    positions [seq] are both the queries' and the keys'; the other arguments as in `apply_rope`.
+    Returns q's and k's dtypes and shapes.
+    """
+    _check_layout(layout)
+    for name, x in (("q", q), ("k", k)):
+        if not isinstance(x, Tensor) or x.dim() < 2:
+            raise ValueError(f"{name} must be a tensor [..., seq, dim]; got {getattr(x, 'shape', type(x).__name__)}")
+        _check_dim(x.shape[-1], f"{name}.shape[-1] (dim)")
+    if q.shape[-2:] != k.shape[-2:]:
+        raise ValueError(f"q and k must have the same [seq, dim]; got {tuple(q.shape[-2:])} and {tuple(k.shape[-2:])}")
+    positions = _check_positions(positions)
+    if positions.shape[0] != q.shape[-2]:
+        raise ValueError(f"positions must have length seq={q.shape[-2]} (q.shape[-2]); got {positions.shape[0]}")
+    r = rotated_dims(q.shape[-1], rotary_fraction)
+    qc, qs, kc, ks = xpos_table(positions.to(q.device), r, base, scale_base, gamma_hat, _compute_dtype(q.dtype), p)
+    return rotate_leading(q, qc, qs, layout), rotate_leading(k, kc, ks, layout)
+
+
+# -- validation -----------------------------------------------------------------------
+def _check_gamma_hat(gamma_hat) -> None:
+    if isinstance(gamma_hat, bool) or not isinstance(gamma_hat, (int, float)) or not 0 < gamma_hat < float("inf"):
+        raise ValueError(f"gamma_hat must be a finite number > 0 (zeta_0 = gamma_hat / (1 + gamma_hat)); "
+                         f"got {gamma_hat!r}")
+
+
+def _check_scale_base(scale_base) -> None:
+    if isinstance(scale_base, bool) or not isinstance(scale_base, (int, float)) or not 0 < scale_base < float("inf"):
+        raise ValueError(f"scale_base must be a finite number > 0 (gamma in zeta^(m/gamma)); got {scale_base!r}")
+
+
+# -- the scheme -----------------------------------------------------------------------
+@register("xpos")
+class XPos(RoPE):
+    """RoPE whose query pairs are scaled by zeta^((m-c)/gamma) and key pairs by its inverse; causal only.
+
+    Args (besides RoPE's, which all apply):
+        scale_base: gamma; over a distance gamma pair i's score is scaled by zeta_i (512).
+        gamma_hat: zeta_i = (i/(d/2) + gamma_hat) / (1 + gamma_hat) (0.4).
+    """
+
+    causal_only = True
+    shift_invariant = True
+
+    def __init__(self, *, d_model: int, n_heads: int, n_layers: int, max_len: int, causal: bool,
+                 scale_base: float = 512.0, gamma_hat: float = 0.4, **rope_options):
+        if causal is not True:
+            raise ValueError(f"xpos is causal only (causal_only): for a future key its scale grows with the distance; "
+                             f"got causal={causal!r}")
+        _check_scale_base(scale_base)
+        _check_gamma_hat(gamma_hat)
+        super().__init__(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal,
+                         **rope_options)
+        self.scale_base, self.gamma_hat = float(scale_base), float(gamma_hat)
+
+    def table(self, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(q cos, q sin, k cos, k sin) [seq, r/2]: RoPE's tables times zeta^((m-c)/gamma) and divided by it."""
+        return xpos_table(self.scaled_positions(positions), self.rot_dim, self.effective_base, self.scale_base,
+                          self.gamma_hat, p=self.p)
+
+    def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:
+        qc, qs, kc, ks = ctx.tables["rope"]                             # (T, r/2) each
+        return rotate_leading(q, qc, qs, self.layout), rotate_leading(k, kc, ks, self.layout)  # (B, H, T, d_h)
