@@ -29,15 +29,61 @@ def train_config(spec, device: str) -> TrainConfig:
     return TrainConfig(**spec.train, seed=spec.seed, device=device, progress=False)
 
 
+EVAL_POSITIONS = ("ordinary", "random", "both")
+
+
+def model_max_len(spec, task) -> int | None:
+    """The `max_len` a sequence spec's model is built with when `spec.model` does not give one.
+
+    The longest sequence the evaluation lengths need (None without lengths: the builder's
+    default); with train random_positions=M, at least M, so a table scheme has a row for every
+    position a randomized batch can draw (Ruoss et al. 2023 size the table to M too).
+    """
+    if "max_len" in spec.model:
+        return spec.model["max_len"]
+    need = [task.seq_len(n, spec.model["causal"]) if hasattr(task, "seq_len") else n for n in spec.lengths]
+    need += [spec.train["random_positions"]] if spec.train.get("random_positions") else []
+    return max(need) if need else None
+
+
 @recipe("sequence")
 def sequence(spec, device: str = "cpu") -> dict:
-    """`posenc.build_model(spec.scheme, ...)` trained on the task, then `task.evaluate` at each length."""
+    """`posenc.build_model(spec.scheme, ...)` trained on the task, then `task.evaluate` at each length.
+
+    With train random_positions=M the model trains on randomized positions (`posenc.runs.train`)
+    and is built with max_len >= M (`model_max_len`). options["eval_positions"] says how it is
+    scored: "ordinary" (default: positions 0..n-1), "random" (the paper's test protocol: every
+    evaluation batch at a sorted random subset of [0, M), `RandomPositions` seeded per length) or
+    "both"; with the option, every row says which in a "positions" column ("0..n-1" or "random").
+    """
     task = make_task(spec.task, **spec.task_kwargs)
     model_kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
+    if spec.train.get("random_positions") and model_max_len(spec, task) is not None:
+        model_kwargs["max_len"] = model_max_len(spec, task)
+    mode = spec.options.get("eval_positions")
+    if mode is not None and (mode not in EVAL_POSITIONS or not spec.train.get("random_positions")):
+        raise ValueError(f"options['eval_positions'] must be one of {EVAL_POSITIONS} and needs train "
+                         f"random_positions; got {mode!r} with random_positions={spec.train.get('random_positions')}")
     out = run(spec.scheme, task, train_config(spec, device), causal=spec.model["causal"], lengths=spec.lengths,
               model_kwargs=model_kwargs, eval_kwargs=spec.eval, label={})
-    return {"table": list(out["table"]), "history": out["result"].history, "final_loss": out["result"].final_loss,
+    table = list(out["table"])
+    if mode is not None:
+        table = [{"positions": "0..n-1", **r} for r in table] if mode != "random" else []
+        table += random_position_table(out["model"], task, spec) if mode != "ordinary" else []
+    return {"table": table, "history": out["result"].history, "final_loss": out["result"].final_loss,
             "model": out["model"]}
+
+
+def random_position_table(model, task, spec) -> list:
+    """`length_table` rows of `model` read at randomized positions from [0, random_positions)."""
+    from .evaluate import length_table
+    from .train import RandomPositions
+    m, seed = spec.train["random_positions"], spec.eval.get("seed", 0)
+    rows = []
+    for n in spec.lengths:
+        wrapped = RandomPositions(model, m, seed=1_000_003 * seed + n)
+        rows += [{"positions": "random", **r} for r in length_table(wrapped, task, [n], **spec.eval)]
+    return rows
 
 
 @recipe("pretrain")
@@ -66,9 +112,8 @@ def build_untrained(spec) -> torch.nn.Module:
         kwargs = {"max_len": task.train_length, **spec.model}
         return build_model(spec.scheme, task.vocab_size, causal=False, cls_token=True, num_classes=2, **kwargs)
     kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
-    if spec.lengths and "max_len" not in kwargs:
-        kwargs["max_len"] = max(task.seq_len(n, spec.model["causal"]) if hasattr(task, "seq_len") else n
-                                for n in spec.lengths)
+    if model_max_len(spec, task) is not None:
+        kwargs["max_len"] = model_max_len(spec, task)
     return build_model(spec.scheme, task.vocab_size, causal=spec.model["causal"], **kwargs)
 
 

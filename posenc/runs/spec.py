@@ -19,6 +19,9 @@ from .train import TrainConfig
 
 #: TrainConfig fields that decide a run's numbers (device, progress and checkpoints do not).
 TRAIN_FIELDS = ("steps", "batch_size", "lr", "weight_decay", "warmup", "min_lr_ratio", "grad_clip", "log_every")
+#: TrainConfig fields that are off (None) by default and written into a spec only when set, so the
+#: specs made before they existed keep their keys (and their stored records).
+OPTIONAL_TRAIN_FIELDS = ("random_positions",)
 #: build_model keywords with a default that a spec fills in (max_len follows the evaluation lengths).
 MODEL_DEFAULTS = {name: p.default for name, p in inspect.signature(build_model).parameters.items()
                   if p.kind is p.KEYWORD_ONLY and p.default is not p.empty and name != "max_len"}
@@ -43,7 +46,8 @@ class RunSpec:
         scheme: a name in `posenc.SCHEMES` (or the recipe's own model family, e.g. "cnn").
         task: a name in `posenc.tasks.BUILDERS`; task_kwargs: its arguments.
         model: keyword arguments of the model builder (`causal` among them for sequence models).
-        train: TrainConfig settings (every field of `TRAIN_FIELDS`; missing ones take the defaults).
+        train: TrainConfig settings (every field of `TRAIN_FIELDS`; missing ones take the defaults),
+            and those of `OPTIONAL_TRAIN_FIELDS` (e.g. random_positions), kept only when not None.
         seed: model initialisation and data order.
         lengths: evaluation lengths; eval: keyword arguments of the task's `evaluate`.
         recipe: a name in `posenc.runs.RECIPES` ("sequence": build, train, evaluate at lengths).
@@ -69,11 +73,13 @@ class RunSpec:
                 raise TypeError(f"{name} must be a non-empty str; got {getattr(self, name)!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative int; got {self.seed!r}")
-        unknown = sorted(set(self.train) - set(TRAIN_FIELDS))
+        unknown = sorted(set(self.train) - set(TRAIN_FIELDS + OPTIONAL_TRAIN_FIELDS))
         if unknown:
-            raise ValueError(f"train has unknown settings {unknown}; allowed: {', '.join(TRAIN_FIELDS)}")
+            raise ValueError(f"train has unknown settings {unknown}; "
+                             f"allowed: {', '.join(TRAIN_FIELDS + OPTIONAL_TRAIN_FIELDS)}")
         defaults = TrainConfig()
         train = {f: self.train.get(f, getattr(defaults, f)) for f in TRAIN_FIELDS}
+        train |= {f: self.train[f] for f in OPTIONAL_TRAIN_FIELDS if self.train.get(f) is not None}
         TrainConfig(**train)  # validates the values
         lengths = tuple(self.lengths)
         if not all(isinstance(n, int) and n >= 1 for n in lengths):

@@ -11,7 +11,10 @@
   same parameters and history. Checkpoints load with `weights_only=True` (no code runs);
   resuming with other settings is a ValueError naming them (`train(..., resume="override")`
   keeps the checkpoint's state and records the new settings);
-* AdamW, linear warm-up then cosine decay to `min_lr_ratio` of the peak.
+* AdamW, linear warm-up then cosine decay to `min_lr_ratio` of the peak;
+* randomized positions (Ruoss et al. 2023), with `random_positions=M`: every training batch
+  of n tokens is read at a sorted random subset of n distinct integers from [0, M) instead
+  of 0..n-1 (see `random_positions`); any scheme, no change to it.
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ class TrainConfig:
     checkpoint_path: str | None = None
     checkpoint_every: int = 200
     progress: bool = True
+    random_positions: int | None = None  # M: train at sorted random positions from [0, M) (None: 0..n-1)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "log_every", "checkpoint_every", "seed", "warmup"):
@@ -65,6 +69,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a finite number {bound}; got {value!r}")
         if self.amp not in ("auto", "bf16", "fp16", "off"):
             raise ValueError(f"amp must be 'auto', 'bf16', 'fp16' or 'off'; got {self.amp!r}")
+        m = self.random_positions
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool)):
+            raise TypeError(f"random_positions must be an int or None; got {m!r}")
+        if m is not None and m < 1:
+            raise ValueError(f"random_positions must be >= 1 (or None); got {m}")
 
 
 @dataclass
@@ -103,14 +112,96 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
 
 #: Settings that must match to resume from a checkpoint (device, progress and paths may change).
 RESUME_FIELDS = ("steps", "batch_size", "lr", "weight_decay", "warmup", "min_lr_ratio", "grad_clip", "seed",
-                 "log_every", "amp")
+                 "log_every", "amp", "random_positions")
+
+
+def random_positions(n: int, max_position: int, generator: torch.Generator) -> torch.Tensor:
+    """Randomized positions (Ruoss et al. 2023, section 3): a sorted random subset of size n of [0, M).
+
+        p = sort(S),  S ~ Uniform{ S subset of {0, ..., M-1} : |S| = n }     (M = max_position)
+
+    drawn as the first n entries of a random permutation of 0..M-1 (every subset equally likely),
+    so p_1 < p_2 < ... < p_n: the order of the tokens is kept, only the gaps are random. Returns
+    a long tensor [n]. One draw serves the whole batch: the model takes one positions vector
+    [seq] per forward (the paper's Figure 1 draws one per sequence; its code, like ours, one per
+    call).
+    """
+    for arg, value in (("n", n), ("max_position", max_position)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{arg} must be an int; got {value!r}")
+    if not 0 <= n <= max_position:
+        raise ValueError(f"random_positions (max_position) = {max_position} must be >= the sequence length: "
+                         f"n={n} distinct positions are drawn from [0, {max_position})")
+    return torch.randperm(max_position, generator=generator)[:n].sort().values
+
+
+def check_random_positions(model: torch.nn.Module, max_position: int) -> None:
+    """Refuse, before training, a model that cannot take positions up to M - 1.
+
+    The model must take `positions=` (a `posenc.Transformer`); a scheme with a table (learned,
+    multiplicative, TUPE, DeBERTa's absolute positions) needs max_len >= M: the learned tables'
+    rows are counted (even with overflow="clamp"), and a one-token forward at position M - 1
+    (eval mode, no gradient, no RNG used) runs every other scheme's own check.
+    """
+    from ..model import Transformer
+    from ..schemes.absolute import _TableScheme
+    if not isinstance(model, Transformer):
+        raise TypeError(f"random_positions needs a posenc.Transformer (a model that takes positions=); "
+                        f"got {type(model).__name__}")
+    problem = None
+    if isinstance(model.scheme, _TableScheme):            # checked here too: overflow="clamp" would not raise
+        rows = model.scheme.max_len - int(model.cls is not None)
+        problem = f"its table has rows for max_len={rows} positions" if rows < max_position else None
+    if problem is None:
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                device = next(model.parameters()).device
+                model(torch.zeros(1, 1, dtype=torch.long, device=device),
+                      positions=torch.tensor([max_position - 1], device=device))
+        except ValueError as err:
+            problem = str(err)
+        finally:
+            model.train(was_training)
+    if problem is not None:
+        raise ValueError(f"random_positions={max_position} draws positions up to {max_position - 1}, which this "
+                         f"model cannot take ({problem}); build it with max_len >= random_positions "
+                         f"(max_len={getattr(model.scheme, 'max_len', None)} now) or lower random_positions")
+
+
+class RandomPositions(torch.nn.Module):
+    """`model` read at randomized positions at every call: the paper's evaluation (Ruoss et al. 2023).
+
+    `wrapped(tokens)` = `model(tokens, positions=random_positions(seq, M, g))`, g seeded with
+    `seed` and advanced by every call, so a task's `evaluate(wrapped, n)` scores the model as
+    the paper does (positions drawn from [0, M) at test time too) without any change to the
+    task. `causal`, the parameters and eval()/train() are the model's.
+    """
+
+    def __init__(self, model: torch.nn.Module, max_position: int, seed: int = 0):
+        super().__init__()
+        if not isinstance(max_position, int) or isinstance(max_position, bool) or max_position < 1:
+            raise ValueError(f"max_position must be a positive int; got {max_position!r}")
+        self.model, self.max_position, self.causal = model, max_position, model.causal
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        if positions is None:
+            positions = random_positions(tokens.shape[1], self.max_position, self.generator)
+        return self.model(tokens, positions=positions)
 
 
 def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resume: str = "check") -> TrainResult:
     """Train `model` on `task.train_batch(batch_size, generator, causal)` for `cfg.steps` steps.
 
     `loss_fn(model, inputs, targets)` overrides the default next-token / masked-token
-    cross-entropy (e.g. for classification). Returns the history; the model is
+    cross-entropy (e.g. for classification). With `cfg.random_positions = M`, step t's batch
+    of n tokens is read at `random_positions(n, M, g_t)`, drawn from the step's generator g_t
+    after the batch (same batches as without the option, deterministic given the seed), and
+    passed as `positions=` to the model (a custom `loss_fn` receives it as the keyword
+    `positions`, as `classification_loss` does); evaluation is untouched (positions 0..n-1,
+    or `RandomPositions` for the paper's randomized evaluation). Returns the history; the model is
     trained in place and left in eval mode. resume: "check" (a checkpoint made with other
     settings or another model is a ValueError naming the fields) or "override".
     """
@@ -121,7 +212,9 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     device = pick_device(cfg.device)
     dtype = amp_dtype(cfg.amp, device)
     model.to(device)
-    loss_fn = loss_fn or (lambda m, x, y: lm_loss(m(x), y))
+    if cfg.random_positions is not None:
+        check_random_positions(model, cfg.random_positions)
+    loss_fn = loss_fn or (lambda m, x, y, **kw: lm_loss(m(x, **kw), y))
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -137,9 +230,11 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress,
                desc=type(model.scheme).__name__ if hasattr(model, "scheme") else "train")
     for step in bar:
-        x, y = task.train_batch(cfg.batch_size, step_generator(cfg.seed, step), model.causal)
+        g = step_generator(cfg.seed, step)
+        x, y = task.train_batch(cfg.batch_size, g, model.causal)
+        kw = {} if cfg.random_positions is None else {"positions": random_positions(x.shape[1], cfg.random_positions, g)}
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            loss = loss_fn(model, x.to(device), y.to(device))
+            loss = loss_fn(model, x.to(device), y.to(device), **kw)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.unscale_(opt)

@@ -35,6 +35,8 @@ def _digits(image_size: int = 16, test_fraction: float = 0.25, split_seed: int =
 #: name -> builder of a task from keyword arguments: how a `posenc.runs.RunSpec` names its task.
 BUILDERS = {"synthetic": SyntheticTask, "corpus": _corpus, "mlm_cls": _mlm_cls, "contrast": ContrastTask,
             "cnn_position": _cnn_position, "digits": _digits}
+from .counting import CountingTask; BUILDERS["counting"] = CountingTask  # noqa: E402,E702  selective k-back (CoPE)
+from .passkey import PasskeyTask; BUILDERS["passkey"] = PasskeyTask  # noqa: E402,E702  (passkey retrieval)
 
 
 @runtime_checkable
