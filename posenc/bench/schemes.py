@@ -43,11 +43,11 @@ XT_OPTIONS = {
 def scheme_kind(name: str) -> str:
     """"custom" (per-layer logits/values or own attention), "bias", "q/k" or "input": which hooks it overrides."""
     cls = SCHEMES[name]
-    overrides = {h for h in ("embed", "layer_input", "transform_qk", "logit_bias", *_CUSTOM_HOOKS)
-                 if getattr(cls, h) is not getattr(Scheme, h)}
+    overrides = set(cls.overridden_hooks())
     if overrides & set(_CUSTOM_HOOKS) or getattr(cls, "uses_extra_values", False) is True:
         return "custom"
-    for hook, kind in (("logit_bias", "bias"), ("transform_qk", "q/k")):
+    for hook, kind in (("logit_bias", "bias"), ("layer_logit_bias", "bias"), ("transform_qk", "q/k"),
+                       ("layer_transform_qk", "q/k")):
         if hook in overrides:
             return kind
     return "input"

@@ -19,6 +19,15 @@ SIZES = {
 TASKS = ("lm", "copy", "reverse", "kback", "recall")
 #: Schemes outside the token-sequence comparison (vision-only and the like register elsewhere).
 EXCLUDED: tuple = ()
+#: Options that join the comparison as rows of their own: label -> (scheme, model options, training
+#: settings). Hybrid layers as Llama 4 builds them (no rotation in every k-th layer; k = 2 in a
+#: 2-layer model), and randomized positions (Ruoss et al. 2023), positions drawn from [0, M) with M
+#: above the longest evaluation length of every task (NoPE has no positions to randomize).
+RANDOM_RANGE = 1024
+VARIANTS = {
+    "rope (NoPE layers)": ("rope", {"nope_every": 2}, {}),
+    "rope (randomized)": ("rope", {}, {"random_positions": RANDOM_RANGE}),
+}
 
 
 def cell(scheme: str, task: str, seed: int, size: dict):
@@ -36,5 +45,13 @@ def comparison(profile: str):
         return []
     size = SIZES[profile]
     schemes = sorted(s for s in SCHEMES if s not in EXCLUDED)
-    return [({"scheme": s, "task": t, "seed": seed}, cell(s, t, seed, size))
-            for s in schemes for t in TASKS for seed in size["seeds"]]
+    out = [({"scheme": s, "task": t, "seed": seed}, cell(s, t, seed, size))
+           for s in schemes for t in TASKS for seed in size["seeds"]]
+    return out + [({"scheme": label, "task": t, "seed": seed}, variant_cell(label, t, seed, size))
+                  for label in VARIANTS for t in TASKS for seed in size["seeds"]]
+
+
+def variant_cell(label: str, task: str, seed: int, size: dict):
+    """The run of one option row of `VARIANTS`: the scheme's own cell with the option set."""
+    scheme, model, train = VARIANTS[label]
+    return cell(scheme, task, seed, size).replace(model=model, train=train)
