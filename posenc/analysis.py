@@ -250,3 +250,49 @@ def findings_summary(table: Table) -> str:
         text += (f" A training step costs from {cheap[0]['step / NoPE']:.2f}x NoPE's ({cheap[0]['scheme']}) to "
                  f"{cheap[-1]['step / NoPE']:.2f}x ({cheap[-1]['scheme']}).")
     return text
+
+
+# -- chapter 17: paired effects over seeds, and what a trained CoPE counts ------------------------
+def per_seed(rows: Table, metric: str, *, x_train=None, **where) -> dict:
+    """{seed: mean of `metric`} over the rows matching `where` (exact values) whose x_train is `x_train`
+    (a number, or a collection of numbers: e.g. (2, 4) for "beyond the training length"; None: any).
+
+    The values of two schemes trained with the same seeds pair up by key, so an effect per seed is
+    `{s: a[s] - b[s] for s in a}`, and `verdict` takes its values.
+    """
+    sub = Table(rows).where(**where)
+    if x_train is not None:
+        wanted = {float(x) for x in (x_train if isinstance(x_train, (list, tuple, set)) else (x_train,))}
+        sub = Table(r for r in sub if float(r["x_train"]) in wanted)
+    if not sub:
+        raise ValueError(f"no rows with {where} and x_train={x_train!r}; columns: {Table(rows).columns}")
+    out = {}
+    for seed in sorted(set(sub.column("seed"))):
+        out[seed] = mean(r[metric] for r in sub if r["seed"] == seed)
+    return out
+
+
+def cope_gate_maps(model, tokens, positions=None) -> list:
+    """The gates g_ij of every layer of a CoPE model on `tokens` [B, T]: a list of [B, H, T, T] tensors.
+
+    Reads them as the forward pass makes them (the scheme's `gates` is wrapped for one call), so
+    they are exactly the gates the trained model counts with; nothing in the model is changed.
+    """
+    import torch
+    scheme = model.scheme
+    if not hasattr(scheme, "gates"):
+        raise TypeError(f"cope_gate_maps needs a CoPE model; got scheme {type(scheme).__name__}")
+    seen, original = [], scheme.gates
+
+    def record(q, k):
+        g = original(q, k)
+        seen.append(g.detach())
+        return g
+
+    scheme.gates = record
+    try:
+        with torch.no_grad():
+            model(tokens, positions)
+    finally:
+        del scheme.gates                       # the instance attribute; the class's method is back
+    return seen

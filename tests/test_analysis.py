@@ -2,6 +2,8 @@
 import math
 
 import pytest
+
+import posenc
 from hypothesis import given, settings, strategies as st
 
 from posenc.analysis import (Band, bootstrap_ci, column_mean, left_plateau_step, mean, plateau_table, smooth,
@@ -84,3 +86,32 @@ def test_findings_table_and_summary_follow_the_rows():
     assert [r["scheme"] for r in table] == ["a", "b", "nope"] and table[0]["bpc at L"].startswith("3.010 [")
     text = findings_summary(table)
     assert "a and b" in text and "b degrades most (1.30x)" in text and "a ranks first" in text and "1.10x NoPE's (b)" in text
+
+
+def test_per_seed_pairs_runs_by_seed_and_selects_lengths():
+    from posenc.analysis import per_seed
+    rows = posenc.Table({"scheme": s, "seed": seed, "x_train": x, "acc": base + seed + x / 10}
+                        for s, base in (("a", 0.0), ("b", 1.0)) for seed in (0, 1) for x in (1.0, 2.0, 4.0))
+    a = per_seed(rows, "acc", scheme="a", x_train=(2, 4))
+    b = per_seed(rows, "acc", scheme="b", x_train=(2, 4))
+    assert a == pytest.approx({0: 0.3, 1: 1.3})                   # mean of x = 2 and 4 for each seed
+    assert {s: b[s] - a[s] for s in a} == pytest.approx({0: 1.0, 1: 1.0})
+    assert per_seed(rows, "acc", scheme="a", x_train=1) == pytest.approx({0: 0.1, 1: 1.1})
+    with pytest.raises(ValueError, match="no rows"):
+        per_seed(rows, "acc", scheme="c")
+
+
+def test_cope_gate_maps_reads_the_gates_the_model_counts_with_and_leaves_it_unchanged():
+    import torch
+    from posenc.analysis import cope_gate_maps
+    torch.manual_seed(0)
+    model = posenc.build_model("cope", 11, d_model=16, n_heads=2, n_layers=2, causal=True).eval()
+    tokens = torch.randint(0, 11, (1, 7))
+    before = model(tokens)
+    gates = cope_gate_maps(model, tokens)
+    assert len(gates) == 2 and all(g.shape == (1, 2, 7, 7) for g in gates)
+    assert all(((g >= 0) & (g <= 1)).all() and torch.equal(g.triu(1), torch.zeros_like(g)) for g in gates)
+    assert "gates" not in vars(model.scheme)                           # the wrapper is gone
+    torch.testing.assert_close(model(tokens), before)
+    with pytest.raises(TypeError, match="CoPE"):
+        cope_gate_maps(posenc.build_model("rope", 11, d_model=16, n_heads=2, n_layers=1, causal=True), tokens)
