@@ -56,6 +56,15 @@ def shared_frequencies(dim: int, base: float = 10000.0) -> Tensor:
     return base ** (-torch.arange(dim, dtype=torch.float64) / dim).float()           # (dim,)
 
 
+#: How each of the word's three tables is stored (Wang et al. 2020, Section 3.1 and Table 4):
+#: "per-word" a [vocab, D] table, x_{j,d} (every word, every dimension: the unshared embedding);
+#: "word-sharing" one [D] vector for all words, x_{.,d} (the paper's word-sharing schema);
+#: "dimension-sharing" one number per word for all its dimensions, x_{j,.} (dimension-sharing schema);
+#: and for the phase only, "zero": theta = 0, no parameter (the paper's default "shared constant value").
+SHARING = ("per-word", "word-sharing", "dimension-sharing")
+PHASE_SHARING = SHARING + ("zero",)
+
+
 class ComplexOrderEmbedding(nn.Module):
     """Word id -> f(j, pos) in C^dim, with per-word amplitude, frequency and phase tables.
 
@@ -64,10 +73,26 @@ class ComplexOrderEmbedding(nn.Module):
     imaginary parts are the word amplitude times the cos and sin columns of the
     sinusoidal table. `order=False` freezes w = 0: a complex word vector with no
     position (the paper's "complex vanilla" ablation).
+
+    Parameter sharing (`amplitude`, `frequency`, `phase`: one of `SHARING`, and "zero" for
+    the phase) replaces a [vocab, dim] table by its shared part, [1, dim] ("word-sharing":
+    the same vector for every word) or [vocab, 1] ("dimension-sharing": one number per word),
+    broadcast to [..., dim] on lookup. The shared part is the first row or column of the
+    table the default would have drawn (a N(0, 1) amplitude, the sinusoidal frequencies,
+    whose first column is w_0 = 1, zero phases), so every variant consumes the same random
+    numbers and a seed gives the same Transformer blocks in all of them. The default
+    ("per-word" for all three) is the unshared embedding with 3 * vocab * dim parameters.
     """
 
-    def __init__(self, vocab_size: int, dim: int, *, base: float = 10000.0, order: bool = True):
+    def __init__(self, vocab_size: int, dim: int, *, base: float = 10000.0, order: bool = True,
+                 amplitude: str = "per-word", frequency: str = "per-word", phase: str = "per-word"):
+        for arg, value, allowed in (("amplitude", amplitude, SHARING), ("frequency", frequency, SHARING),
+                                    ("phase", phase, PHASE_SHARING)):
+            if value not in allowed:
+                raise ValueError(f"{arg} must be one of {allowed}; got {value!r}")
         super().__init__()
+        self.dim = dim
+        self.sharing = {"amplitude": amplitude, "frequency": frequency, "phase": phase}
         self.amplitude = nn.Embedding(vocab_size, dim)                               # r_j
         self.phase = nn.Embedding(vocab_size, dim)                                   # theta_j
         self.frequency = nn.Embedding(vocab_size, dim)                               # w_j
@@ -76,10 +101,28 @@ class ComplexOrderEmbedding(nn.Module):
         with torch.no_grad():
             self.frequency.weight.copy_(shared_frequencies(dim, base).expand(vocab_size, dim) * order)
         self.frequency.weight.requires_grad_(order)
+        for name, mode in self.sharing.items():                                      # the shared part of a table
+            if mode == "zero":
+                setattr(self, name, None)
+            elif mode != "per-word":
+                full = getattr(self, name).weight.detach()
+                part = full[:1] if mode == "word-sharing" else full[:, :1]           # (1, dim) or (vocab, 1)
+                table = nn.Embedding(*part.shape, _weight=part.clone())             # draws no random numbers
+                table.weight.requires_grad_(name != "frequency" or order)
+                setattr(self, name, table)
+
+    def lookup(self, name: str, tokens: Tensor) -> Tensor:
+        """The word's `name` ("amplitude", "frequency" or "phase") values, [B, T, dim] (shared parts broadcast)."""
+        table, mode = getattr(self, name), self.sharing[name]
+        if table is None:                                                            # phase "zero"
+            return self.amplitude.weight.new_zeros(()).expand(*tokens.shape, self.dim)
+        values = table(torch.zeros_like(tokens) if mode == "word-sharing" else tokens)
+        return values if mode == "per-word" else values.expand(*tokens.shape, self.dim)
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """tokens [B, T] long, positions [T] -> complex [B, T, dim]."""
-        return complex_order_embedding(self.amplitude(tokens), self.frequency(tokens), self.phase(tokens), positions)
+        return complex_order_embedding(self.lookup("amplitude", tokens), self.lookup("frequency", tokens),
+                                       self.lookup("phase", tokens), positions)
 
 
 # -- the scheme for the shared real model ------------------------------------------
@@ -208,19 +251,23 @@ class ComplexOrderTransformer(nn.Module):
     Args:
         order: use the position phases (False: the complex vanilla ablation, no position).
         score: attention score, "modulus" or "real" (see `ComplexAttention`).
+        amplitude, frequency, phase: parameter sharing of the embedding's tables (`ComplexOrderEmbedding`;
+            default "per-word" for all three, phase="zero" drops the phase as the paper's Table 4 does).
     """
 
     causal = False  # an encoder: train() reads this flag
 
     def __init__(self, vocab_size: int, num_classes: int, *, d_model: int = 64, n_heads: int = 4, n_layers: int = 1,
-                 d_ff: int | None = None, base: float = 10000.0, order: bool = True, score: str = "modulus"):
+                 d_ff: int | None = None, base: float = 10000.0, order: bool = True, score: str = "modulus",
+                 amplitude: str = "per-word", frequency: str = "per-word", phase: str = "per-word"):
         super().__init__()
         for arg, value in (("vocab_size", vocab_size), ("num_classes", num_classes), ("d_model", d_model),
                            ("n_heads", n_heads), ("n_layers", n_layers)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{arg} must be a positive int; got {value!r}")
         self.vocab_size = vocab_size
-        self.embed = ComplexOrderEmbedding(vocab_size, d_model, base=base, order=order)
+        self.embed = ComplexOrderEmbedding(vocab_size, d_model, base=base, order=order, amplitude=amplitude,
+                                           frequency=frequency, phase=phase)
         self.blocks = nn.ModuleList(ComplexBlock(d_model, n_heads, d_ff or 4 * d_model, score) for _ in range(n_layers))
         self.ln_f = ComplexLayerNorm(d_model)
         self.classifier = nn.Linear(2 * d_model, num_classes)
@@ -272,17 +319,26 @@ UNIT_SCALE = {"sinusoidal": {"scale": 1.0}, "learned": {"init_std": 1.0}}
 
 
 def build_classifier(name: str, vocab_size: int, num_classes: int, *, d_model: int, n_heads: int, n_layers: int,
-                     max_len: int) -> nn.Module:
+                     max_len: int, **sharing: str) -> nn.Module:
     """A sequence classifier for the chapter's comparison, all with mean pooling and Xavier-scale init.
 
     name: "complex-order" (`ComplexOrderTransformer`, d_model/2 complex dims, so the same
     d_model real numbers per token), "complex-vanilla" (the same with no position), or
     any name in `posenc.SCHEMES` (the real `posenc.Transformer` with that scheme,
     re-initialised by `xavier_init_`, with `UNIT_SCALE` for sinusoidal and learned).
+    sharing: amplitude=, frequency=, phase= of the complex models' embedding (`ComplexOrderEmbedding`),
+    e.g. phase="zero", frequency="word-sharing"; a run spec's `model` carries them only when set.
     """
+    unknown = sorted(set(sharing) - {"amplitude", "frequency", "phase"})
+    if unknown:
+        raise TypeError(f"build_classifier got unknown keyword arguments {unknown}; "
+                        f"the complex models take amplitude, frequency and phase")
     if name in ("complex-order", "complex-vanilla"):
         return ComplexOrderTransformer(vocab_size, num_classes, d_model=d_model // 2, n_heads=n_heads,
-                                       n_layers=n_layers, order=name == "complex-order")
+                                       n_layers=n_layers, order=name == "complex-order", **sharing)
+    if sharing:
+        raise ValueError(f"amplitude, frequency and phase sharing apply to complex-order and complex-vanilla only; "
+                         f"got {sorted(sharing)} for {name!r}")
     from ..model import build_model
     model = build_model(name, vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=False,
                         max_len=max_len, num_classes=num_classes, **UNIT_SCALE.get(name, {}))

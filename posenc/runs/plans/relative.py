@@ -74,15 +74,19 @@ def alibi(profile: str):
 
 @declare("06_transformer_xl")
 def transformer_xl(profile: str):
-    """Transformer-XL trained on two segments of L with memory, scored with memories 0 to 4L."""
-    size = {"ci": dict(segment=32, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=8192, seeds=CI_SEEDS),
+    """Transformer-XL trained on two segments of L with memory, scored with memories 0 to 4L: u, v shared by all
+    layers (Transformer-XL, the scheme's default) and one u, v per layer (XLNet, untie_uv=True), same budget; the
+    first per-layer run keeps its weights (the chapter reads its learned u, v)."""
+    size = {"ci": dict(segment=32, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=8192, seeds=(0, 1, 2)),
             "full": dict(segment=128, steps=4000, batch_size=32, d_model=256, n_layers=4, max_tokens=131072,
                          seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []
     L = size["segment"]
-    return [({"seed": s},
+    variants = {"shared": {}, "per-layer": {"untie_uv": True}}
+    return [({"uv": uv, "seed": s},
              lm("xl", 2 * L, steps=size["steps"], batch_size=size["batch_size"], d_model=size["d_model"],
-                n_layers=size["n_layers"], lr=2e-3, warmup=40, seed=s, max_tokens=size["max_tokens"], factors=())
+                n_layers=size["n_layers"], lr=2e-3, warmup=40, seed=s, max_tokens=size["max_tokens"], factors=(),
+                keep_weights=bool(model) and s == size["seeds"][0], **model)
              .replace(recipe="xl_memory", options={"segment": L, "mem_lens": [0, L // 2, L, 2 * L, 4 * L]}))
-            for s in size["seeds"]]
+            for uv, model in variants.items() for s in size["seeds"]]
