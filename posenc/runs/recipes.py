@@ -239,6 +239,88 @@ def rope_extension(spec, device: str = "cpu") -> dict:
     return {**base, "table": rows}
 
 
+@recipe("rope_scalings")
+def rope_scalings(spec, device: str = "cpu") -> dict:
+    """Chapter 16: a RoPE model trained on its task at L, then read under other frequencies, with and without
+    a short fine-tune at a longer length.
+
+    The base model is the `sequence` recipe's (same training, same numbers: chapter 11's RoPE LM with this
+    recipe trains the very same model). options:
+        variants: [[name, scaling, params, finetune], ...]: a copy of the base model gets
+            `scheme.set_scaling(scaling, factor, **params)` (scaling None: as trained), and with finetune
+            ft_steps steps of ft_batch sequences of up to ft_factor * L at lr ft_lr. A rope_type that takes
+            original_max_position_embeddings gets the task's training length L unless params give it.
+        factor: s for set_scaling (4); ft_factor: the fine-tuning length as a multiple of L (factor).
+        grid: {"depths": [...], "n_samples": n}: for a task with `evaluate_grid` (passkey), score every
+            (length, depth) cell at spec.lengths instead of `task.evaluate` at each length.
+        eval_positions: with train random_positions, "ordinary", "random" or "both", as in `sequence`.
+    Rows: {variant, scaling, finetuned, [positions], length, x_train, [depth], <task metrics>}, the base
+    model's first (variant "as trained").
+    """
+    import copy
+    from .evaluate import length_table
+    from .train import RandomPositions, amp_dtype, train
+    opts = {"factor": 4, "ft_steps": 40, "ft_batch": 8, "ft_lr": 1e-3, "variants": [], **spec.options}
+    task = make_task(spec.task, **spec.task_kwargs)
+    L, grid, mode = task.train_length, opts.get("grid"), opts.get("eval_positions")
+    if mode is not None and (mode not in EVAL_POSITIONS or not spec.train.get("random_positions")):
+        raise ValueError(f"options['eval_positions'] must be one of {EVAL_POSITIONS} and needs train "
+                         f"random_positions; got {mode!r} with random_positions={spec.train.get('random_positions')}")
+    ft_length = int(opts.get("ft_factor", opts["factor"]) * L)
+    long_task = make_task(spec.task, **{**spec.task_kwargs, "train_length": ft_length})
+    if grid is None:
+        base = sequence(spec, device)                      # trains, and scores at spec.lengths
+    else:
+        model_kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
+        if model_max_len(spec, task) is not None:
+            model_kwargs["max_len"] = model_max_len(spec, task)
+        out = run(spec.scheme, task, train_config(spec, device), causal=spec.model["causal"], model_kwargs=model_kwargs,
+                  label={})
+        base = {"model": out["model"], "history": out["result"].history, "final_loss": out["result"].final_loss}
+    dev = next(base["model"].parameters()).device
+
+    def score(model, lengths) -> list:
+        if grid is None:
+            return list(length_table(model, task, lengths, **spec.eval))
+        dtype = amp_dtype("auto", dev)
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+            return list(task.evaluate_grid(model, lengths, grid["depths"], n_samples=grid["n_samples"],
+                                           seed=spec.eval.get("seed", 0), device=dev))
+
+    def scored(model) -> list:
+        """Rows at positions 0..n-1 and/or at randomized ones (`RandomPositions`, seeded per length)."""
+        model.eval()
+        if mode is None:
+            return score(model, spec.lengths)
+        rows = [{"positions": "0..n-1", **r} for r in score(model, spec.lengths)] if mode != "random" else []
+        if mode != "ordinary":
+            m, seed = spec.train["random_positions"], spec.eval.get("seed", 0)
+            for n in spec.lengths:
+                wrapped = RandomPositions(model, m, seed=1_000_003 * seed + n)
+                rows += [{"positions": "random", **r} for r in score(wrapped, [n])]
+        return rows
+
+    def variant(scaling, params, finetune):
+        m = copy.deepcopy(base["model"])
+        if scaling is not None:
+            params = dict(params or {})
+            if scaling in ("dynamic", "yarn", "llama3", "longrope"):
+                params.setdefault("original_max_position_embeddings", L)
+            m.scheme.set_scaling(scaling, opts["factor"], **params)
+        if finetune:
+            cfg = TrainConfig(steps=opts["ft_steps"], batch_size=opts["ft_batch"], lr=opts["ft_lr"], warmup=5,
+                              log_every=10, seed=spec.seed + 100, progress=False, device=device)
+            train(m, long_task, cfg)
+        return m
+
+    as_trained = base["table"] if grid is None else scored(base["model"])
+    rows = [{"variant": "as trained", "scaling": None, "finetuned": False, **r} for r in as_trained]
+    for name, scaling, params, finetune in opts["variants"]:
+        rows += [{"variant": name, "scaling": scaling, "finetuned": bool(finetune), **r}
+                 for r in scored(variant(scaling, params, finetune))]
+    return {**base, "table": rows}
+
+
 @recipe("cnn_position")
 def cnn_position(spec, device: str = "cpu") -> dict:
     """Chapter 12: a CNN (`spec.scheme` = its padding: zero, valid, circular) regresses each pixel's position.

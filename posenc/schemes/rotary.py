@@ -26,7 +26,21 @@ Context extension (scheme options, applied at evaluation or fine-tuning time):
     * position interpolation (Chen et al., 2023, Eq. 4): m -> m / s;
     * NTK-aware scaling (bloc97, 2023; Peng et al., 2024, YaRN Eq. 14-16):
       base -> base * s^(d / (d - 2)), which leaves theta_0 = 1 unchanged and divides the
-      lowest frequency theta_{d/2-1} by exactly s.
+      lowest frequency theta_{d/2-1} by exactly s;
+    * every scaling of transformers' `rope_parameters` ("default", "linear", "dynamic", "yarn",
+      "llama3", "longrope"): the frequencies and attention factor a of
+      `posenc.functional.rope_inv_freq` over the r rotated dims,
+
+          (cos, sin)(m omega'_i) * a,   so that   <a R'_m q, a R'_n k> = a^2 <R'_m q, R'_n k>:
+
+      cos and sin are multiplied by a as transformers does, so q and k are each scaled by a and
+      every rotated logit by a^2 (YaRN's temperature sqrt(1/t) = a). "linear" is position
+      interpolation written on the frequencies (omega_i / s). "dynamic" (and "longrope", which
+      switches from its short to its long factors) read the current length, n = max(m) + 1, at
+      every forward: the frequencies of a sequence depend on its longest position. Every key of a
+      forward is rotated with the same frequencies here; a decoder that caches rotated keys mixes
+      keys rotated at earlier, shorter lengths with queries rotated at the current one, and the
+      score is then no longer a function of m - n (transformers issue #25104).
 
 Which dimensions rotate, and in which layers (scheme options, composable):
     * partial rotation (GPT-NeoX's `rotary_pct`, Phi's `partial_rotary_factor`):
@@ -54,9 +68,14 @@ from torch import Tensor
 
 from ..scheme import register
 from ..scheme import PositionContext, Scheme
+from .rope_scaling import ROPE_TYPES, rope_inv_freq
 
 LAYOUTS = ("interleaved", "half")
-SCALINGS = (None, "pi", "ntk")
+#: Scalings that change the positions or the base only (chapter 11), and those of `rope_inv_freq`.
+POSITION_SCALINGS = (None, "pi", "ntk")
+SCALINGS = POSITION_SCALINGS + ROPE_TYPES
+#: Scalings whose frequencies depend on the current sequence length n = max(position) + 1.
+LENGTH_DEPENDENT = ("dynamic", "longrope")
 
 
 # -- functional core ------------------------------------------------------------------
@@ -112,8 +131,25 @@ def rope_table(positions: Tensor, dim: int, base: float = 10000.0, dtype=torch.f
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
     theta = rope_frequencies(dim, base, wide, positions.device)                              # (dim/2,)
     theta[rotated_pairs(dim // 2, p):] = 0                                                   # p-RoPE: no rotation
-    angles = positions.to(wide)[:, None] * theta                                             # (T, dim/2)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    return frequency_table(positions, theta, dtype)
+
+
+def frequency_table(positions: Tensor, theta: Tensor, dtype=torch.float32,
+                    attention_factor: float = 1.0) -> tuple[Tensor, Tensor]:
+    """a cos(m theta_i), a sin(m theta_i) for given frequencies theta [dim/2]: two [seq, dim/2] tensors of `dtype`.
+
+    The angles are formed in float64 (float32 on devices without float64) whatever theta's
+    dtype; a = attention_factor (1: plain RoPE) scales q and k alike, so the logit by a^2.
+    """
+    positions = _check_positions(positions)
+    if not isinstance(theta, Tensor) or theta.dim() != 1:
+        raise ValueError(f"theta must be a 1-D tensor [dim/2]; got {getattr(theta, 'shape', type(theta).__name__)}")
+    wide = torch.float32 if positions.device.type == "mps" else torch.float64
+    angles = positions.to(wide)[:, None] * theta.to(device=positions.device, dtype=wide)    # (T, dim/2)
+    cos, sin = angles.cos(), angles.sin()
+    if attention_factor != 1.0:
+        cos, sin = cos * attention_factor, sin * attention_factor
+    return cos.to(dtype), sin.to(dtype)
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved") -> Tensor:
@@ -265,9 +301,12 @@ class RoPE(Scheme):
     Args (besides the `Scheme` ones):
         base: theta_i = base^(-2i/r), r the rotated dims (d_h by default).
         layout: "interleaved" (RoFormer) or "half" (GPT-NeoX/LLaMA).
-        scaling: None, "pi" (position interpolation, m -> m / factor) or "ntk"
-            (NTK-aware, base -> base * factor^(r / (r - 2))).
+        scaling: None, "pi" (position interpolation, m -> m / factor), "ntk" (NTK-aware,
+            base -> base * factor^(r / (r - 2))), or a rope_type of `rope_inv_freq`
+            ("default", "linear", "dynamic", "yarn", "llama3", "longrope"; see `set_scaling`).
         factor: the context-extension factor s >= 1 used by `scaling`.
+        scaling_params: the other parameters of a rope_type, named as in transformers'
+            `rope_parameters` (e.g. {"original_max_position_embeddings": 512}).
         rotary_fraction: rotate only the first r = round(rotary_fraction * d_h) dims of
             each head (GPT-NeoX `rotary_pct`, Phi `partial_rotary_factor`); r must be even.
         p: p-RoPE; only the floor(p r/2) highest-frequency pairs rotate, the rest get angle 0.
@@ -282,8 +321,8 @@ class RoPE(Scheme):
 
     def __init__(self, *, d_model: int, n_heads: int, n_layers: int, max_len: int, causal: bool,
                  base: float = 10000.0, layout: str = "interleaved", scaling: str | None = None,
-                 factor: float = 1.0, rotary_fraction: float = 1.0, p: float = 1.0,
-                 nope_layers=None, nope_every: int | None = None):
+                 factor: float = 1.0, scaling_params: dict | None = None, rotary_fraction: float = 1.0,
+                 p: float = 1.0, nope_layers=None, nope_every: int | None = None):
         super().__init__(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal)
         _check_dim(self.head_dim, "head_dim (d_model / n_heads)")
         _check_layout(layout)
@@ -294,22 +333,77 @@ class RoPE(Scheme):
         self.rotary_fraction, self.p = float(rotary_fraction), float(p)
         self.nope_layers = nope_layer_indices(n_layers, nope_layers, nope_every)
         self._cache: dict = {}
-        self.set_scaling(scaling, factor)
+        if scaling_params is not None and not isinstance(scaling_params, dict):
+            raise TypeError(f"scaling_params must be a dict of rope parameters or None; got {scaling_params!r}")
+        self.set_scaling(scaling, factor, **(scaling_params or {}))
 
-    def set_scaling(self, scaling: str | None, factor: float = 1.0) -> None:
-        """Choose the context extension: None, "pi" or "ntk", by `factor` >= 1."""
+    def set_scaling(self, scaling: str | None, factor: float = 1.0, **params) -> None:
+        """Choose the context extension by `factor` >= 1 (the cache of tables is cleared).
+
+        None, "pi" or "ntk": positions m / factor, or the NTK-aware base (no other parameters).
+        "default", "linear", "dynamic", "yarn", "llama3", "longrope": the frequencies and attention
+        factor of `rope_inv_freq(r, base, rope_type=scaling, factor=factor, **params)` over the r
+        rotated dims, `params` named as in transformers' `rope_parameters`. They take
+        `original_max_position_embeddings`, the context L the model was trained on (for "dynamic"
+        it is what transformers calls max_position_embeddings). "dynamic" and "longrope" read the
+        current length n = max(position) + 1 at every forward.
+        """
         if scaling not in SCALINGS:
             raise ValueError(f"scaling must be one of {SCALINGS}; got {scaling!r}")
-        if not (isinstance(factor, (int, float)) and factor >= 1):
+        if isinstance(factor, bool) or not (isinstance(factor, (int, float)) and factor >= 1):
             raise ValueError(f"factor must be a number >= 1; got {factor!r}")
-        if scaling == "ntk":
-            ntk_base(self.base, factor, self.rot_dim)  # validates the rotated dims
-        self.scaling, self.factor = scaling, float(factor)
+        if scaling in POSITION_SCALINGS:
+            if params:
+                raise ValueError(f"scaling={scaling!r} takes only factor; got parameters {sorted(params)} "
+                                 f"(they belong to the rope_types {ROPE_TYPES})")
+            if scaling == "ntk":
+                ntk_base(self.base, factor, self.rot_dim)  # validates the rotated dims
+        else:
+            if type(self).table is not RoPE.table:
+                raise ValueError(f"{type(self).__name__} builds its own tables: its scaling must be one of "
+                                 f"{POSITION_SCALINGS}; got scaling={scaling!r}")
+            if scaling == "default" and factor != 1:
+                raise ValueError(f"scaling='default' is RoPE unscaled: factor must be 1; got factor={factor!r}")
+            for computed in ("seq_len", "max_position_embeddings", "partial_rotary_factor"):
+                if computed in params:
+                    raise ValueError(f"scaling={scaling!r}: {computed} is not a parameter here (the length is "
+                                     f"read from the positions, the rotated dims from rotary_fraction); "
+                                     f"give original_max_position_embeddings, the training context")
+        previous = (getattr(self, "scaling", None), getattr(self, "factor", 1.0), getattr(self, "scaling_params", {}))
+        self.scaling, self.factor, self.scaling_params = scaling, float(factor), dict(params)
+        if scaling in ROPE_TYPES:
+            try:  # validates the parameters now, at the training length and beyond it
+                L = params.get("original_max_position_embeddings")
+                for n in (None,) if not isinstance(L, int) else (L, 2 * L):
+                    self.frequencies(n)
+            except (ValueError, TypeError) as err:        # a refused scaling leaves the scheme as it was
+                self.scaling, self.factor, self.scaling_params = previous
+                raise type(err)(f"scaling={scaling!r}: {err}") from None
         self._cache.clear()
 
     @property
     def effective_base(self) -> float:
         return ntk_base(self.base, self.factor, self.rot_dim) if self.scaling == "ntk" else self.base
+
+    def frequencies(self, seq_len: int | None = None) -> tuple[Tensor, float]:
+        """(omega [r/2] float64, attention factor a): the frequencies the tables use, p-RoPE's zeros included.
+
+        seq_len: the current length n (the largest position + 1), which "dynamic" and "longrope" read;
+        None: the training length. Under "pi" the tables divide the positions instead (same angles).
+        """
+        if self.scaling in POSITION_SCALINGS:
+            theta = rope_frequencies(self.rot_dim, self.effective_base)
+            theta, a = (theta / self.factor if self.scaling == "pi" else theta), 1.0
+        else:
+            kwargs = {**self.scaling_params}
+            if self.scaling != "default":
+                kwargs["factor"] = self.factor
+            if self.scaling == "dynamic":       # transformers' max_position_embeddings: the training context
+                kwargs["max_position_embeddings"] = kwargs.pop("original_max_position_embeddings", None)
+            inv, a = rope_inv_freq(self.rot_dim, self.base, rope_type=self.scaling, seq_len=seq_len, **kwargs)
+            theta = inv.double()
+        theta[rotated_pairs(self.rot_dim // 2, self.p):] = 0                       # p-RoPE: no rotation
+        return theta, float(a)
 
     def scaled_positions(self, positions: Tensor) -> Tensor:
         """The positions the angles see: m, or m / factor under position interpolation."""
@@ -318,8 +412,12 @@ class RoPE(Scheme):
         return positions
 
     def table(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(cos, sin) [seq, r/2] for these positions, with the scaling and p applied."""
-        return rope_table(self.scaled_positions(positions), self.rot_dim, self.effective_base, p=self.p)
+        """(cos, sin) [seq, r/2] for these positions, with the scaling and p applied (times a for a rope_type)."""
+        if self.scaling in POSITION_SCALINGS:
+            return rope_table(self.scaled_positions(positions), self.rot_dim, self.effective_base, p=self.p)
+        n = int(positions.max()) + 1 if self.scaling in LENGTH_DEPENDENT and positions.numel() else None
+        theta, a = self.frequencies(n)
+        return frequency_table(positions, theta, attention_factor=a)
 
     def prepare(self, ctx: PositionContext) -> dict:
         pos, n = ctx.positions, ctx.seq_len
