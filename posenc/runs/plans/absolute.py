@@ -1,4 +1,5 @@
-"""Chapters 02-04: sinusoidal, FLOATER and multiplicative absolute positions against learned and NoPE."""
+"""Chapters 02-04: sinusoidal, FLOATER (and its discrete form, a GRU) and multiplicative absolute positions against
+learned and NoPE."""
 from __future__ import annotations
 
 from . import declare
@@ -42,7 +43,8 @@ def floater(profile: str):
     size = SIZES[profile]
     lm_steps = 200 if profile == "ci" else None
     tokens = 2048 if profile == "ci" else None
-    return _pair(("floater", "sinusoidal"), size, lm_steps=lm_steps, lm_tokens=tokens, keep=("floater",))
+    # the recursion in discrete form (a GRU before the Transformer) beside its continuous limit, same specs' shape
+    return _pair(("floater", "sinusoidal", "rnn"), size, lm_steps=lm_steps, lm_tokens=tokens, keep=("floater", "rnn"))
 
 
 @declare("04_multiplicative")
