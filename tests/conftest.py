@@ -22,6 +22,16 @@ def small_model(scheme="nope", causal=True, vocab=23, **kw):
     return posenc.build_model(scheme, vocab, causal=causal, **kw).eval()
 
 
+def assert_no_causal_leak(model, vocab=23, n=20, cut=12):
+    """Changing tokens from `cut` on leaves the outputs before `cut` unchanged, and changes those after."""
+    tokens = torch.randint(0, vocab, (2, n))
+    changed = tokens.clone()
+    changed[:, cut:] = torch.randint(0, vocab, (2, n - cut))
+    a, b = model(tokens), model(changed)
+    torch.testing.assert_close(a[:, :cut], b[:, :cut])
+    assert not torch.allclose(a[:, cut:], b[:, cut:])
+
+
 def skip_bidirectional_if_causal_only(scheme, causal):
     """A `causal_only` scheme (xPos, CoPE) refuses causal=False (test_model checks that it does): skip that case."""
     if not causal and posenc.SCHEMES[scheme].causal_only:

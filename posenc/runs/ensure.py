@@ -110,18 +110,6 @@ class Runs:
         model.load_state_dict(rec.state_dict())
         return model.eval()
 
-    def note(self) -> str:
-        """One line saying which profile the numbers come from and where they were made."""
-        from .execute import code_version
-        devices = sorted({r.get("machine", "?").split(":")[0] for r in self.records})
-        seeds = sorted({lab["seed"] for lab in self.labels if "seed" in lab})
-        now = code_version()["posenc"]
-        older = sorted({f"posenc {v['posenc']} ({v.get('commit')})" for r in self.records
-                        if (v := r.get("version") or {}).get("posenc") != now})
-        return (f"{len(self)} runs of profile '{self.profile}' ({'/'.join(devices)}"
-                + (f", seeds {', '.join(map(str, seeds))}" if seeds else "") + ")"
-                + (f"; made by older code: {', '.join(older)}" if older else ""))
-
     def status(self) -> str:
         """One sentence: which profile the numbers come from, and how to make the larger ones.
 
@@ -138,7 +126,12 @@ class Runs:
         larger = [p for p in PROFILES[PROFILES.index(self.profile) + 1:] if plan(self.name, p)]
         more = (f" Not stored yet: {' and '.join(f'`{p}`' for p in larger)} "
                 f"(`python -m posenc.runs --profile {larger[-1]} --chapters {self.name}`)." if larger else "")
-        return f"Numbers from {scale}: {made}.{more}"
+        from .execute import code_version
+        now = code_version()["posenc"]
+        older = sorted({f"posenc {v['posenc']}" for r in self.records
+                        if (v := r.get("version") or {}).get("posenc") != now})
+        stale = f" Made by older code: {', '.join(older)}." if older else ""
+        return f"Numbers from {scale}: {made}.{stale}{more}"
 
     def key_result(self, *sentences: str, name: str = "key_result"):
         """The chapter's key result: its sentences and `status()`, glued as Markdown under `name`.
