@@ -18,7 +18,8 @@ from .table import Table
 from . import tasks, vision, plots, analysis, interactive
 from .runs.train import TrainConfig, train
 from .runs.evaluate import length_table, run
-from .runs.profiles import chapter_claims, load_claims, load_results, resolve, save_claim, save_results
+from .runs.profiles import (chapter_claims, load_claims, load_results, record_claim, resolve, save_claim,
+                             save_results)
 from . import runs, functional
 
 # Each scheme module is also reachable at its short, documented path (`posenc.rotary`,
@@ -30,5 +31,6 @@ for _name in schemes.MODULES:
 
 __all__ = ["plots", "tasks", "vision", "runs", "analysis", "functional", "schemes", "SCHEMES", "build_model",
            "get_scheme", "register", "Scheme", "PositionContext", "Attention", "Transformer", "TrainConfig", "train",
-           "run", "length_table", "Table", "resolve", "save_results", "load_results", "save_claim", "load_claims", "chapter_claims"]
+           "run", "length_table", "Table", "resolve", "save_results", "load_results", "save_claim", "record_claim",
+           "load_claims", "chapter_claims"]
 __version__ = "0.2.0"

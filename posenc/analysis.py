@@ -296,3 +296,37 @@ def cope_gate_maps(model, tokens, positions=None) -> list:
     finally:
         del scheme.gates                       # the instance attribute; the class's method is back
     return seen
+
+
+# -- what attention heads do with position (TUPE's head analysis) ---------------------------------
+HEAD_KINDS = ("previous token", "next token", "local", "global")
+
+
+def offset_profile(logits, max_offset: int):
+    """Mean attention weight at each offset o = j - i, per head: softmax_j(logits_ij) averaged over the
+    queries i for which key i + o exists. logits: [H, N, N]; returns [H, 2 max_offset + 1] (o = -m..m)."""
+    import torch
+    if logits.dim() != 3 or logits.shape[-1] != logits.shape[-2]:
+        raise ValueError(f"logits must be [heads, N, N]; got {tuple(logits.shape)}")
+    if not isinstance(max_offset, int) or not 1 <= max_offset < logits.shape[-1]:
+        raise ValueError(f"max_offset must be an int in [1, N={logits.shape[-1]}); got {max_offset!r}")
+    probs = logits.float().softmax(-1)                                       # (H, N, N)
+    return torch.stack([probs.diagonal(o, dim1=-2, dim2=-1).mean(-1) for o in range(-max_offset, max_offset + 1)], -1)
+
+
+def head_kind(profile, *, window: int = 2) -> str:
+    """One head's kind from its `offset_profile` row p(o), o = -m..m:
+
+        "previous token"  p(-1) >= 0.4 and p(-1) >= 2 p(+1);   "next token": the mirror image;
+        "local"           the mass within |o| <= window is >= 0.6;   "global": otherwise.
+    """
+    m = (len(profile) - 1) // 2
+    if len(profile) != 2 * m + 1 or m < max(1, window):
+        raise ValueError(f"profile must have 2m + 1 entries with m >= window={window}; got {len(profile)}")
+    p = [float(v) for v in profile]
+    prev, nxt = p[m - 1], p[m + 1]
+    if prev >= 0.4 and prev >= 2 * nxt:
+        return "previous token"
+    if nxt >= 0.4 and nxt >= 2 * prev:
+        return "next token"
+    return "local" if sum(p[m - window: m + window + 1]) >= 0.6 else "global"

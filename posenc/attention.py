@@ -30,12 +30,18 @@ class Attention(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: Tensor, scheme: Scheme, ctx: PositionContext, need_weights: bool = False,
-                memory: Tensor | None = None):
-        """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D] adds M earlier keys/values (XL)."""
+                memory: Tensor | None = None, kv: Tensor | None = None):
+        """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D] adds M earlier keys/values (XL);
+        `kv` [B, T, D] gives the keys and values while x gives only the queries (a decoder pass)."""
         B, T, D = x.shape
+        if memory is not None and kv is not None:
+            raise ValueError("pass memory or kv, not both")
+        source = kv if kv is not None else x
         if memory is not None:                                     # Transformer-XL: keys = [memory; x]
-            x = torch.cat([memory, x], 1)                          # (B, M+T, D)
-        q, k, v = self.qkv(x).view(B, x.shape[1], 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+            source = torch.cat([memory, x], 1)                     # (B, M+T, D)
+        q, k, v = self.qkv(source).view(B, source.shape[1], 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        if kv is not None:                                         # queries from x, with the same W_q
+            q = F.linear(x, self.qkv.weight[:D]).view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2)
         q = q[:, :, -T:]                                           # 3 x (B, H, T or M+T, Dh)
         q, k = scheme.layer_transform_qk(q, k, ctx, self.layer)    # hook 2: rotate q, k (this layer's way)
         mask = ctx.attn_mask                                       # hook 3: (H|1, T, T) bias + causal mask, or None

@@ -38,13 +38,22 @@ def run_blocks(blocks, scheme: Scheme, x: Tensor, ctx: PositionContext, need_wei
     """The layer stack shared by every model: hook 1b (`layer_input`) then each block.
 
     Returns (output, attention maps or Nones, each block's input); `memory[i]` is block
-    i's Transformer-XL memory.
+    i's Transformer-XL memory. With `scheme.decoder_passes` = n > 0 the last block runs n
+    times as a decoder (hook 1c, DeBERTa's EMD): I_0 = scheme.decoder_queries(h), then
+    I_{t+1} = Block(queries I_t; keys, values h) with h the last block's input, weights shared.
     """
     maps, inputs = [], []
+    last = len(blocks) - 1
     for i, block in enumerate(blocks):
         x = scheme.layer_input(x, ctx, i)                             # hook 1b: per-layer injection
         inputs.append(x)
-        x, probs = block(x, scheme, ctx, need_weights, None if memory is None else memory[i])
+        mem = None if memory is None else memory[i]
+        if i == last and scheme.decoder_passes:                       # hook 1c: the last block as a decoder
+            h, x = x, scheme.decoder_queries(x, ctx)
+            for _ in range(scheme.decoder_passes):
+                x, probs = block(x, scheme, ctx, need_weights, mem, kv=h)
+        else:
+            x, probs = block(x, scheme, ctx, need_weights, mem)
         maps.append(probs)
     return x, maps, inputs
 
@@ -56,9 +65,11 @@ class Block(nn.Module):
         self.attn = Attention(d_model, n_heads, layer, dropout)
         self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout))
 
-    def forward(self, x, scheme, ctx, need_weights=False, memory=None):
-        """`memory` [B, M, D]: earlier inputs of this block (pre-LN), used as extra keys/values."""
-        a, probs = self.attn(self.ln1(x), scheme, ctx, need_weights, None if memory is None else self.ln1(memory))
+    def forward(self, x, scheme, ctx, need_weights=False, memory=None, kv=None):
+        """`memory` [B, M, D]: earlier inputs of this block (pre-LN), used as extra keys/values;
+        `kv` [B, N, D]: keys and values from this stream instead of x (a decoder pass; x gives the queries)."""
+        a, probs = self.attn(self.ln1(x), scheme, ctx, need_weights, None if memory is None else self.ln1(memory),
+                             None if kv is None else self.ln1(kv))
         x = x + a
         return x + self.mlp(self.ln2(x)), probs
 

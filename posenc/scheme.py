@@ -102,6 +102,16 @@ class Scheme(nn.Module):
         """Per-layer input injection before block `layer` (FLOATER, DeBERTa's EMD); identity by default."""
         return x
 
+    #: Extra passes of the last block as a decoder (DeBERTa's EMD as the paper builds it): 0 for none.
+    decoder_passes = 0
+
+    def decoder_queries(self, h: Tensor, ctx: PositionContext) -> Tensor:
+        """Hook 1c: the query stream I_0 of the decoder passes, from the last block's input h [B, N, D].
+
+        Used only when `decoder_passes` > 0: the model then runs the last block that many times as
+        I_{t+1} = Block(queries I_t, keys and values h) and returns I_passes instead of Block(h)."""
+        return h
+
     # -- hook 2: q/k transform -------------------------------------------------
     def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:
         """q, k: [batch, heads, seq, head_dim] -> same; rotary schemes rotate them."""

@@ -114,6 +114,16 @@ def test_sinusoidal_scale_matches_token_rms_at_init():
     assert not any(p is fixed.scheme.scale for p in fixed.parameters())
 
 
+def test_sinusoidal_vaswani_scales_tokens_by_sqrt_d():
+    """Vaswani et al. section 3.4: h = sqrt(d) x + PE, the table unscaled and nothing trainable added."""
+    model = small_model("sinusoidal", d_model=64, scale="vaswani")
+    x, ctx = torch.randn(2, 6, 64), model.context(6, None, "cpu")
+    torch.testing.assert_close(model.scheme.embed(x, ctx), 8.0 * x + sinusoidal_table(6, 64))
+    assert list(model.scheme.parameters()) == []
+    with pytest.raises(ValueError, match="scale must be"):
+        small_model("sinusoidal", scale="sqrt")
+
+
 def test_unseen_rows_get_no_gradient():
     """Rows of a learned table beyond the training length never receive a gradient."""
     model = small_model("learned", max_len=32).train()

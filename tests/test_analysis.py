@@ -115,3 +115,38 @@ def test_cope_gate_maps_reads_the_gates_the_model_counts_with_and_leaves_it_unch
     torch.testing.assert_close(model(tokens), before)
     with pytest.raises(TypeError, match="CoPE"):
         cope_gate_maps(posenc.build_model("rope", 11, d_model=16, n_heads=2, n_layers=1, causal=True), tokens)
+
+
+def test_head_kinds_on_constructed_attention():
+    import torch
+    from posenc.analysis import head_kind, offset_profile
+    n = 16
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    logits = torch.stack([8.0 * (j == i - 1), 8.0 * (j == i + 1), -2.0 * (j - i).abs(), torch.zeros(n, n)])
+    prof = offset_profile(logits, 4)
+    assert prof.shape == (4, 9)
+    torch.testing.assert_close(prof[3], torch.full((9,), 1 / n))              # uniform rows: 1/N at every offset
+    assert [head_kind(p) for p in prof] == ["previous token", "next token", "local", "global"]
+
+
+def test_offset_profile_is_the_mean_diagonal_of_the_softmax():
+    import torch
+    from posenc.analysis import offset_profile
+    logits = torch.randn(3, 10, 10)
+    probs = logits.softmax(-1)
+    prof = offset_profile(logits, 3)
+    for h in range(3):
+        for o in range(-3, 4):
+            want = sum(probs[h, i, i + o] for i in range(10) if 0 <= i + o < 10) / (10 - abs(o))
+            torch.testing.assert_close(prof[h, o + 3], want)
+
+
+def test_head_analysis_bad_input():
+    import torch
+    from posenc.analysis import head_kind, offset_profile
+    with pytest.raises(ValueError, match="logits"):
+        offset_profile(torch.zeros(4, 5), 2)
+    with pytest.raises(ValueError, match="max_offset"):
+        offset_profile(torch.zeros(1, 5, 5), 5)
+    with pytest.raises(ValueError, match="profile"):
+        head_kind([0.5, 0.5])

@@ -164,3 +164,77 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="max_len"):
         small_model("deberta", causal=False, max_len=8)(torch.zeros(1, 4, dtype=torch.long), torch.arange(4) + 10)
     assert "deberta" in posenc.SCHEMES and isinstance(small_model("deberta", causal=False).scheme, DeBERTa)
+
+
+def _unrolled_emd(model, tokens, passes):
+    """The paper's EMD written out with the model's own modules: the stack up to the last layer's
+    input h, then I_{t+1} = Block_L(queries I_t; keys, values h) from I_0 = h + P_abs."""
+    ctx = model.context(tokens.shape[1], None, "cpu")
+    h = torch.cat([model.cls.expand(len(tokens), -1, -1), model.tok(tokens)], 1) if model.cls is not None \
+        else model.tok(tokens)
+    for block in model.blocks[:-1]:
+        h, _ = block(h, model.scheme, ctx)
+    last, i = model.blocks[-1], h + model.scheme.abs_pos(ctx.positions)
+    for _ in range(passes):
+        ln_i, ln_h = last.ln1(i), last.ln1(h)
+        D, H = ln_h.shape[-1], model.scheme.n_heads
+        wq, wk, wv = last.attn.qkv.weight.chunk(3)
+        split = lambda t: t.view(t.shape[0], t.shape[1], H, D // H).transpose(1, 2)  # noqa: E731
+        q, k, v = split(ln_i @ wq.T), split(ln_h @ wk.T), split(ln_h @ wv.T)
+        q_r, k_r = model.scheme.projected(len(model.blocks) - 1)
+        delta = ctx.tables["delta"]
+        logits = (q @ k.transpose(-2, -1) + c2p_p2c(q, k, q_r, k_r, delta)) * model.scheme.logit_scale()
+        y = (logits.softmax(-1) @ v).transpose(1, 2).reshape(i.shape)
+        i = i + last.attn.out(y)
+        i = i + last.mlp(last.ln2(i))
+    return model.ln_f(i)
+
+
+@pytest.mark.parametrize("passes", [1, 2, 3])
+def test_paper_emd_is_the_last_layer_rerun_with_queries_h_plus_p(passes):
+    torch.manual_seed(0)
+    model = posenc.build_model("deberta", 23, causal=False, d_model=32, n_heads=4, n_layers=3, max_len=16, k=4,
+                               emd_passes=passes, cls_token=True, num_classes=2).eval()
+    tokens = torch.randint(0, 23, (2, 10))
+    h, _ = model.hidden_states(tokens)
+    torch.testing.assert_close(h, _unrolled_emd(model, tokens, passes))
+
+
+def test_paper_emd_shares_the_last_layers_weights():
+    kw = dict(causal=False, d_model=32, n_heads=4, n_layers=3, max_len=16, k=4)
+    residual = posenc.build_model("deberta", 23, **kw)
+    paper = posenc.build_model("deberta", 23, emd_passes=2, **kw)
+    assert {n: p.shape for n, p in paper.named_parameters()} == {n: p.shape for n, p in residual.named_parameters()}
+    tokens = torch.randint(0, 23, (2, 10))
+    paper(tokens).square().sum().backward()                   # every pass feeds gradient to the one last block
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in paper.blocks[-1].parameters())
+
+
+def test_paper_emd_puts_absolute_positions_in_the_queries_only():
+    torch.manual_seed(1)
+    model = posenc.build_model("deberta", 23, causal=False, d_model=32, n_heads=4, n_layers=2, max_len=32, k=4,
+                               emd_passes=2).eval()
+    tokens, pos = torch.randint(0, 23, (2, 10)), torch.arange(10)
+    s, ctx = model.scheme, model.context(10, None, "cpu")
+    x = torch.randn(2, 10, 32)
+    assert all(torch.equal(s.layer_input(x, ctx, layer), x) for layer in range(2))   # no residual injection
+    torch.testing.assert_close(s.decoder_queries(x, ctx), x + s.abs_pos.weight[:10])
+    assert (model(tokens, pos + 9) - model(tokens)).abs().max() > 1e-4                  # absolute: shift matters
+    with torch.no_grad():
+        s.abs_pos.weight.zero_()                              # without P the decoder is relative-only
+    torch.testing.assert_close(model(tokens, pos + 9), model(tokens), atol=1e-5, rtol=1e-5)
+
+
+def test_paper_emd_is_causally_safe():
+    from conftest import assert_no_causal_leak
+    assert_no_causal_leak(posenc.build_model("deberta", 23, causal=True, d_model=32, n_heads=4, n_layers=2,
+                                             max_len=24, k=4, emd_passes=2).eval(), vocab=23)
+
+
+def test_paper_emd_bad_arguments():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="emd_passes"):
+            small_model("deberta", causal=False, emd_passes=bad)
+    for kw in (dict(absolute="input"), dict(absolute="none"), dict(emd_layers=2)):
+        with pytest.raises(ValueError, match="emd_passes needs"):
+            small_model("deberta", causal=False, n_layers=2, emd_passes=2, **kw)

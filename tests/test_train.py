@@ -155,3 +155,19 @@ def test_claims_are_recorded_per_chapter_and_read_back(tmp_path):
         posenc.save_claim("x", "auto", "c", "m", True, results_dir=tmp_path)
     with pytest.raises(ValueError, match="holds must be"):
         posenc.save_claim("x", "ci", "c", "m", "yes", results_dir=tmp_path)
+
+
+def test_record_claim_applies_the_one_rule_and_stores_the_evidence(tmp_path):
+    from posenc.analysis import Band
+    band = Band(0.05, None)
+    out = {}
+    for name, values in (("in band", [0.10, 0.11, 0.12]), ("other side", [-0.3, -0.31, -0.29]),
+                         ("straddles", [-0.2, 0.0, 0.3]), ("two seeds", [0.2, 0.2])):
+        out[name] = posenc.record_claim("99_test", "ci", name, values, band, effect="gain", results_dir=tmp_path)
+    assert {k: v["verdict"] for k, v in out.items()} == {"in band": "reproduced", "other side": "contradicted",
+                                                         "straddles": "not resolved", "two seeds": "not resolved"}
+    rows = {r["claim"]: r for r in posenc.load_claims("ci", results_dir=tmp_path)}
+    assert rows["in band"]["verdict"] == "reproduced" and rows["in band"]["band"] == "[0.05, inf]"
+    assert rows["in band"]["seeds"] == 3 and rows["in band"]["interval"][0] >= 0.10
+    assert rows["in band"]["measured"].startswith("gain: +0.110 [")
+    assert rows["other side"]["verdict"] == "contradicted"

@@ -136,6 +136,24 @@ def test_label_one_means_continuation():
     assert (step[y[:, 0] == 0] != 1).float().mean() > 0.8
 
 
+def test_noise_tail_label_marks_a_replaced_tail():
+    text = "\f".join("".join(chr(65 + (i + j) % 26) for j in range(400)) for i in range(12))   # ABC...: next = +1
+    t = MaskedLMWithCLS(CharCorpus(text, train_length=16, mask_prob=0.5), cls_task="noise_tail")
+    x, y = t.train_batch(300, torch.Generator().manual_seed(2))
+    clean = x.clone()
+    clean[y[:, 1:] != IGNORE] = y[:, 1:][y[:, 1:] != IGNORE]                   # undo the masking
+    intact, noisy = y[:, 0] == 1, y[:, 0] == 0
+    assert 0.35 < intact.float().mean() < 0.65
+    step = (clean[:, 13:] - clean[:, 12:15]) % 26                              # the tail: the last 16 / 4 = 4
+    assert (step[intact] == 1).float().mean() > 0.95
+    assert (step[noisy] != 1).float().mean() > 0.8
+    assert torch.all(y[noisy, 13:] == IGNORE)                                  # noise is never an MLM target
+    assert (y[intact, 13:] != IGNORE).float().mean() > 0.3
+    assert torch.all(x[noisy, 12:] != 0)                                       # noise never draws UNK
+    with pytest.raises(ValueError, match="cls_task"):
+        MaskedLMWithCLS(CharCorpus(text, train_length=16), cls_task="order")
+
+
 def test_loss_runs_and_backpropagates(task):
     model = posenc.build_model("tupe", task.vocab_size, causal=False, cls_token=True, num_classes=2,
                                d_model=32, n_heads=4, max_len=16)
@@ -156,3 +174,20 @@ def test_steps_to_reach():
     assert steps_to_reach(hist, 2.5, window=1) == 30
     assert steps_to_reach(hist, 2.0, window=2) == 40                           # smoothed: 2.5 at 30, 1.5 at 40
     assert steps_to_reach(hist, 0.5) == math.inf
+
+
+def test_bert_first_layer_terms_sum_to_the_first_layer_logits():
+    from posenc.tupe import bert_first_layer_terms
+    torch.manual_seed(0)
+    model = posenc.build_model("learned", 30, causal=False, cls_token=True, num_classes=2, d_model=32, n_heads=4,
+                               max_len=16)
+    ids = torch.randint(0, 30, (10,))
+    terms = bert_first_layer_terms(model, ids, head=1)
+    x = model.tok(ids) + model.scheme.table[1:11]                               # word + position, as BERT's input
+    q, k, _ = model.blocks[0].attn.qkv(x).detach().split(32, -1)
+    want = q[:, 8:16] @ k[:, 8:16].T / math.sqrt(8)                             # head 1 of 4, d_h = 8
+    torch.testing.assert_close(sum(terms.values()), want)
+    with pytest.raises(ValueError, match="head"):
+        bert_first_layer_terms(model, ids, head=4)
+    with pytest.raises(ValueError, match="learned"):
+        bert_first_layer_terms(small_model("tupe", causal=False), ids)

@@ -267,3 +267,30 @@ def test_patch_similarity_grid_plot_and_bad_grid():
     plt.close("all")
     with pytest.raises(ValueError, match="grid"):
         posenc.plots.patch_similarity_grid(torch.randn(12, 8), (4, 4))
+
+
+def test_grid_similarity_of_an_axial_table():
+    """A table made of one vector per row plus one per column has positive row/column excess;
+    a random table has about none; the numbers are cosine means by relation."""
+    from posenc.vision import grid_similarity
+    torch.manual_seed(0)
+    h = w = 6
+    rows, cols = torch.randn(h, 64), torch.randn(w, 64)
+    axial = (rows[:, None] + cols[None]).reshape(h * w, 64)
+    got = grid_similarity(axial, (h, w))
+    assert got["same row"] == pytest.approx(0.5, abs=0.15) and got["same column"] == pytest.approx(0.5, abs=0.15)
+    assert got["row_column_excess"] > 0.3
+    assert abs(grid_similarity(torch.randn(h * w, 256), (h, w))["row_column_excess"]) < 0.05
+    with pytest.raises(ValueError, match="table"):
+        grid_similarity(torch.randn(10, 4), (h, w))
+
+
+def test_digits_subset_keeps_the_split_and_the_first_images():
+    from posenc.vision import DigitsTask
+    task = DigitsTask(16)
+    small = task.subset(100)
+    assert torch.equal(small.train_x, task.train_x[:100]) and torch.equal(small.test_x, task.test_x)
+    assert len(task.train_y) == 1348 and len(small.train_y) == 100
+    for bad in (5, 2000, 1.5, True):
+        with pytest.raises(ValueError, match="n must"):
+            task.subset(bad)

@@ -54,6 +54,8 @@ def load_results(name: str, results_dir: str | Path | None = None):
 
 
 VERDICTS = {True: "reproduced", False: "not reproduced", None: "not resolved at this scale"}
+#: the words of design.md's one rule (`posenc.analysis.verdict`), which `record_claim` stores
+RULE_VERDICTS = ("reproduced", "contradicted", "not resolved")
 
 
 def _claims_path(profile: str, chapter: str, results_dir) -> Path:
@@ -65,18 +67,41 @@ def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: boo
                results_dir: str | Path | None = None, **evidence) -> None:
     """Record one paper claim tested by a chapter in `results/<profile>/claims/<chapter>.json`.
 
-    measured: what the run found, formatted from its numbers; holds: True (reproduced),
-    False (not reproduced) or None (not resolved). `evidence` (band, interval, seeds, ...)
+    measured: what the run found, formatted from its numbers; holds: a verdict of the one rule
+    ("reproduced", "contradicted", "not resolved"; `record_claim` gives it), or for older
+    chapters True (reproduced), False (not reproduced) or None (not resolved). `evidence` (band, interval, seeds, ...)
     is stored with it. One file per chapter; the comparison chapter reads them all.
     """
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES} (resolve 'auto' first); got {profile!r}")
-    if holds not in VERDICTS:
-        raise ValueError(f"holds must be True, False or None; got {holds!r}")
+    if not (holds in RULE_VERDICTS or (not isinstance(holds, str) and holds in VERDICTS)):
+        raise ValueError(f"holds must be True, False, None or one of {RULE_VERDICTS}; got {holds!r}")
     path = _claims_path(profile, chapter, results_dir)
     claims = _read_json(path) if path.exists() else {}
-    claims[claim] = {"measured": measured, "verdict": VERDICTS[holds], "why": why, **evidence}
+    word = holds if isinstance(holds, str) else VERDICTS[holds]
+    claims[claim] = {"measured": measured, "verdict": word, "why": why, **evidence}
     atomic_write(path, json.dumps(claims, indent=1) + "\n")
+
+
+def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect: str, fmt: str = "{:+.3f}",
+                 why: str = "", results_dir: str | Path | None = None) -> dict:
+    """Judge `claim` by the book's one rule and record it (design.md, "Claims").
+
+    values: the effect per seed, signed so that the paper's direction is the band's side of no
+    effect (e.g. {seed: loss of the ablation - loss of the full model}, or its values); band: the
+    `posenc.analysis.Band` named before the runs were read. The stored record carries the profile
+    (its folder), the seeds, the 95% bootstrap interval and the band. Returns `analysis.verdict`'s
+    dict (verdict, mean, interval, band, seeds).
+    """
+    from ..analysis import verdict
+    values = list(values.values()) if isinstance(values, dict) else list(values)
+    out = verdict(values, band)
+    lo, hi = out["interval"]
+    measured = (f"{effect}: {fmt.format(out['mean'])} [{fmt.format(lo)}, {fmt.format(hi)}] over {out['seeds']} "
+                f"seeds; band {out['band']}")
+    save_claim(chapter, profile, claim, measured, out["verdict"], why, results_dir, band=out["band"],
+               interval=[lo, hi], seeds=out["seeds"])
+    return out
 
 
 def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dict]:

@@ -354,7 +354,7 @@ def vit(spec, device: str = "cpu") -> dict:
     """Chapter 13: a ViT (`posenc.vision.build_vit`) on the shipped digits, and its change of resolution.
 
     model: patch_size, stem, d_model, n_heads, n_layers; the task's image_size is the training
-    resolution. Rows: {"part": "base", "test accuracy"} (a learned table adds its patch table
+    resolution; options["train_images"] = n trains on the first n images of the fixed training split. Rows: {"part": "base", "test accuracy"} (a learned table adds its patch table
     before and after training); with options["variants"] = [[name, resize mode or None, scaled
     coordinates], ...] and options hi, ft_steps, ft_lr: one {"part": "resolution", variant,
     "low res", "high res, no fine-tune", "high res, fine-tuned"} row per variant.
@@ -364,6 +364,8 @@ def vit(spec, device: str = "cpu") -> dict:
     from ..vision import build_vit
     from .train import pick_device, train
     lo = make_task(spec.task, **spec.task_kwargs)
+    if spec.options.get("train_images"):                    # the data-size sweep: the first n training images
+        lo = lo.subset(spec.options["train_images"])
     torch.manual_seed(spec.seed)
     model = build_vit(spec.scheme, image_size=lo.image_size, num_classes=10, **spec.model)
     init_table = model.scheme.patch_table().detach().clone() if spec.scheme == "learned" else None

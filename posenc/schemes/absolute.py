@@ -145,7 +145,11 @@ class Sinusoidal(Scheme):
         base: the wavelength base (10000).
         scale: "learned" (default): a trainable scalar s, initialised to
             0.02 * sqrt(2) so that s * PE has RMS 0.02 like the token embeddings;
-            or a float: a fixed s (1.0 is the paper's table as is).
+            a float: a fixed s (1.0 is the paper's table as is); or "vaswani": the
+            paper's section 3.4, token embeddings multiplied by sqrt(d_model) and the
+            table added as is, h_i = sqrt(d) x_i + PE(i). With the package's N(0, 0.02^2)
+            token init the table's RMS (1/sqrt(2)) is then 1/(0.02 sqrt(2d)) times the
+            tokens' (0.02 sqrt(d)): 3.1 times at d = 128.
     """
 
     def __init__(self, *, base: float = 10000.0, scale: str | float = "learned", **kw):
@@ -154,12 +158,15 @@ class Sinusoidal(Scheme):
             raise ValueError(f"d_model must be even for a sinusoidal table; got {self.d_model}")
         self.base = base
         init = TOKEN_INIT_STD * math.sqrt(2)
-        if scale == "learned":
+        self.token_scale = math.sqrt(self.d_model) if scale == "vaswani" else 1.0
+        if scale == "vaswani":
+            self.register_buffer("scale", torch.tensor(1.0), persistent=False)
+        elif scale == "learned":
             self.scale = nn.Parameter(torch.tensor(init))
         elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
             self.register_buffer("scale", torch.tensor(float(scale)), persistent=False)
         else:
-            raise ValueError(f"scale must be 'learned' or a number; got {scale!r}")
+            raise ValueError(f"scale must be 'learned', 'vaswani' or a number; got {scale!r}")
 
     def prepare(self, ctx: PositionContext) -> dict:
         if ctx.positions.numel() and ctx.positions.min() < 0:
@@ -167,6 +174,8 @@ class Sinusoidal(Scheme):
         return {"pe": sinusoidal_at(ctx.positions, self.d_model, self.base).to(ctx.positions.device)}  # (T, D)
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
+        if self.token_scale != 1.0:                                                  # Vaswani: sqrt(d) x + PE
+            x = x * self.token_scale
         return x + self.scale * ctx.tables["pe"].to(x.dtype)                         # (B, T, D)
 
 

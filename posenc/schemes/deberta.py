@@ -29,6 +29,15 @@ exact within +-bucket_size/2, logarithmic out to `max_position`.
 Enhanced Mask Decoder (paper section 3.2): absolute positions enter only before
 the last `emd_layers` layers (`absolute="emd"`), not at the input (`absolute="input"`
 is BERT's way, the "-EMD" ablation) or never (`absolute="none"`: purely relative).
+That is the book's simple form, a residual injection. The paper's form
+(`emd_passes=n`, n = 2 in DeBERTa's code) is a decoder that shares the last layer's
+weights: with h the last layer's input and P the absolute embeddings,
+
+    I_0 = h + P,    I_{t+1} = Layer_L(queries I_t; keys and values h),   t < n,
+
+and the masked-token head reads I_n. P enters the queries only; keys and values
+stay relative-only. Fine-tuning would keep the plain stack (Layer_L(h)), so the
+decoder costs no parameters, only n - 1 extra passes of one layer.
 """
 from __future__ import annotations
 
@@ -134,11 +143,14 @@ class DeBERTa(Scheme):
         bucket_size, max_position: DeBERTa v2's log buckets (both or neither).
         p2c_delta: "paper" reads Q_r at delta(j, i) (Eq. 4); "code" at delta(i, j), as
             DeBERTa's released code and transformers do.
+        emd_passes: None (default) for the residual EMD above; an int n >= 1 for the paper's
+            decoder: the last layer run n times with queries h + P, keys and values h
+            (needs absolute="emd" and emd_layers=1).
     """
 
     def __init__(self, *, d_model, n_heads, n_layers, max_len, causal, k: int = 32, terms=TERMS,
                  absolute: str = "emd", emd_layers: int = 1, bucket_size: int | None = None,
-                 max_position: int | None = None, p2c_delta: str = "paper"):
+                 max_position: int | None = None, p2c_delta: str = "paper", emd_passes: int | None = None):
         super().__init__(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal)
         terms = tuple(terms)
         if not set(terms) <= set(TERMS):
@@ -153,7 +165,14 @@ class DeBERTa(Scheme):
             raise ValueError(f"k must be a positive int; got {k!r}")
         if p2c_delta not in ("paper", "code"):
             raise ValueError(f"p2c_delta must be 'paper' or 'code'; got {p2c_delta!r}")
-        self.p2c_delta = p2c_delta
+        if emd_passes is not None:
+            if isinstance(emd_passes, bool) or not isinstance(emd_passes, int) or emd_passes < 1:
+                raise ValueError(f"emd_passes must be None or a positive int; got {emd_passes!r}")
+            if absolute != "emd" or emd_layers != 1:
+                raise ValueError(f"emd_passes needs absolute='emd' and emd_layers=1 (the decoder reuses the last "
+                                 f"layer); got absolute={absolute!r}, emd_layers={emd_layers!r}")
+            self.decoder_passes = emd_passes
+        self.p2c_delta, self.emd_passes = p2c_delta, emd_passes
         self.k = bucket_size if bucket_size is not None else k
         self.bucket_size, self.max_position = bucket_size, max_position
         self.terms, self.absolute, self.emd_layers = terms, absolute, emd_layers
@@ -177,10 +196,14 @@ class DeBERTa(Scheme):
         return self._absolute(x, ctx) if self.absolute == "input" else x
 
     def layer_input(self, x: Tensor, ctx: PositionContext, layer: int) -> Tensor:
-        """EMD: H + P_abs enters before layer n_layers - emd_layers (and only there)."""
-        if self.absolute == "emd" and layer == self.n_layers - self.emd_layers:
+        """Residual EMD: H + P_abs enters before layer n_layers - emd_layers (and only there)."""
+        if self.absolute == "emd" and self.emd_passes is None and layer == self.n_layers - self.emd_layers:
             return self._absolute(x, ctx)
         return x
+
+    def decoder_queries(self, h: Tensor, ctx: PositionContext) -> Tensor:
+        """The paper's EMD: the decoder's first queries I_0 = h + P_abs (keys and values stay h)."""
+        return self._absolute(h, ctx)
 
     def logit_scale(self) -> float:
         return 1.0 / math.sqrt((1 + len(self.terms)) * self.head_dim)

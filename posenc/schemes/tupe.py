@@ -54,6 +54,25 @@ def four_terms(x: Tensor, p: Tensor, w_q: Tensor, w_k: Tensor, scale: float) -> 
             "position-word": qp @ kx.T * scale, "position-position": qp @ kp.T * scale}
 
 
+def bert_first_layer_terms(model, ids: Tensor, head: int = 0) -> dict[str, Tensor]:
+    """`four_terms` of one head of the first layer of a trained BERT-A (`learned` scheme with [CLS]).
+
+    ids: [N] token ids at positions 1..N ([CLS] at 0 is left out); the layer norm before
+    attention is left out too, as in the paper's Figure 2. Returns the four [N, N] terms.
+    """
+    if not hasattr(model.scheme, "table") or model.cls is None:
+        raise ValueError("bert_first_layer_terms needs a model built with scheme 'learned' and cls_token=True")
+    d_model = model.tok.weight.shape[1]
+    dh = d_model // model.scheme.n_heads
+    if not isinstance(head, int) or not 0 <= head < model.scheme.n_heads:
+        raise ValueError(f"head must be an int in [0, {model.scheme.n_heads}); got {head!r}")
+    w = model.blocks[0].attn.qkv.weight.detach()                                # (3D, D): q, k, v rows
+    rows = slice(head * dh, (head + 1) * dh)
+    with torch.no_grad():
+        return four_terms(model.tok(ids), model.scheme.table[1:len(ids) + 1], w[:d_model][rows].T,
+                          w[d_model:2 * d_model][rows].T, 1 / math.sqrt(dh))
+
+
 @register("tupe")
 class TUPE(Scheme):
     """Untied positional attention; TUPE-A by default, TUPE-R with `relative=True`.

@@ -20,8 +20,10 @@ def _corpus(train_length: int = 128, valid_every: int = 10, mask_prob: float = 0
     return CharCorpus.stdlib(train_length=train_length, valid_every=valid_every, mask_prob=mask_prob)
 
 
-def _mlm_cls(train_length: int = 128, mask_prob: float = 0.15, swap_prob: float = 0.5) -> MaskedLMWithCLS:
-    return MaskedLMWithCLS(CharCorpus.stdlib(train_length=train_length, mask_prob=mask_prob), swap_prob=swap_prob)
+def _mlm_cls(train_length: int = 128, mask_prob: float = 0.15, swap_prob: float = 0.5,
+             cls_task: str = "continuation") -> MaskedLMWithCLS:
+    return MaskedLMWithCLS(CharCorpus.stdlib(train_length=train_length, mask_prob=mask_prob), swap_prob=swap_prob,
+                           cls_task=cls_task)
 
 
 def _cnn_position(size: int = 16, margin: int = 0, channels: int = 1) -> PositionTask:

@@ -33,6 +33,16 @@ class DigitsTask:
         self.test_x, self.test_y = x[order[:n_test]], y[order[:n_test]]
         self.train_x, self.train_y = x[order[n_test:]], y[order[n_test:]]
 
+    def subset(self, n: int) -> "DigitsTask":
+        """A copy that trains on the first `n` images of the fixed training split (same test split and
+        standardisation): the data-size sweep of the ViT chapter."""
+        import copy
+        if isinstance(n, bool) or not isinstance(n, int) or not 10 <= n <= len(self.train_y):
+            raise ValueError(f"n must be an int in [10, {len(self.train_y)}]; got {n!r}")
+        out = copy.copy(self)
+        out.train_x, out.train_y = self.train_x[:n], self.train_y[:n]
+        return out
+
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool = False):
         """(images [B, 1, S, S], labels [B]) drawn with replacement, randomly shifted."""
         idx = torch.randint(0, len(self.train_y), (batch_size,), generator=generator)

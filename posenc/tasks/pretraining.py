@@ -11,6 +11,12 @@ with next-sentence prediction made character-level)
 
 Targets travel as one long tensor [B, 1 + L] so that `posenc.train` can batch them:
 column 0 is y, columns 1.. are the masked-character targets (IGNORE elsewhere).
+
+`cls_task="noise_tail"` swaps the [CLS] objective for one a small model learns: with
+probability 1/2 the last L/4 characters are replaced by uniformly random characters
+(y = 0) and [CLS] must tell. The evidence sits at the far end of the window, away
+from [CLS]'s own position, which is what TUPE's [CLS] reset is about. The replaced
+characters are not MLM targets (noise cannot be predicted).
 """
 from __future__ import annotations
 
@@ -20,8 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..model import lm_loss
-from .corpus import CharCorpus
+from ..model import IGNORE, lm_loss
+from .corpus import MASK_ID, CharCorpus
+
+CLS_TASKS = ("continuation", "noise_tail")
 
 
 @dataclass
@@ -30,8 +38,11 @@ class MaskedLMWithCLS:
 
     corpus: CharCorpus
     swap_prob: float = 0.5
+    cls_task: str = "continuation"
 
     def __post_init__(self):
+        if self.cls_task not in CLS_TASKS:
+            raise ValueError(f"cls_task must be one of {CLS_TASKS}; got {self.cls_task!r}")
         if not isinstance(self.corpus, CharCorpus):
             raise TypeError(f"corpus must be a posenc.tasks.CharCorpus; got {type(self.corpus).__name__}")
         if not 0.0 <= self.swap_prob <= 1.0:
@@ -49,6 +60,8 @@ class MaskedLMWithCLS:
 
     def batch(self, ids: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Inputs [B, L] (masked) and targets [B, 1 + L] (label, masked targets) from the text `ids`."""
+        if self.cls_task == "noise_tail":
+            return self._noise_tail_batch(ids, batch_size, generator)
         L, half = self.train_length, self.train_length // 2
         start = torch.randint(0, len(ids) - L, (2, batch_size), generator=generator)   # (2, B)
         windows = torch.stack([ids[s: s + L] for s in start[0].tolist()])              # (B, L)
@@ -56,6 +69,19 @@ class MaskedLMWithCLS:
         swap = torch.rand(batch_size, generator=generator) < self.swap_prob            # (B,)
         windows[swap, half:] = other[swap]
         inputs, targets = self.corpus.mask(windows, generator)
+        return inputs, torch.cat([(~swap).long()[:, None], targets], 1)
+
+    def _noise_tail_batch(self, ids: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """y = 1 for an intact window, 0 when its last L/4 characters are uniform noise (not MLM targets)."""
+        L = self.train_length
+        tail = max(1, L // 4)
+        start = torch.randint(0, len(ids) - L, (batch_size,), generator=generator)      # (B,)
+        windows = torch.stack([ids[s: s + L] for s in start.tolist()])                 # (B, L)
+        noise = torch.randint(MASK_ID + 1, self.vocab_size, (batch_size, tail), generator=generator)
+        swap = torch.rand(batch_size, generator=generator) < self.swap_prob            # (B,)
+        windows[swap, L - tail:] = noise[swap]
+        inputs, targets = self.corpus.mask(windows, generator)
+        targets[swap, L - tail:] = IGNORE
         return inputs, torch.cat([(~swap).long()[:, None], targets], 1)
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool = False):

@@ -76,6 +76,30 @@ def _grid_of(ctx: PositionContext) -> GridContext:
 
 
 # -- resolution change of a learned table ------------------------------------------
+def grid_similarity(table: Tensor, grid) -> dict:
+    """Mean cosine similarity of the position vectors of patch pairs, by how they sit on the grid.
+
+    table: [h*w, d] (raster order). Returns the means over pairs of grid neighbours (|dr| + |dc| = 1),
+    same row at distance >= 2, same column at distance >= 2 and different row and column, plus ViT
+    Fig. 7's structure in one number:
+
+        row_column_excess = mean cos(same row or column, not itself) - mean cos(different row and column).
+    """
+    h, w = check_grid("grid", grid)
+    if table.dim() != 2 or table.shape[0] != h * w:
+        raise ValueError(f"table must be [h*w={h * w}, d]; got {tuple(table.shape)}")
+    t = F.normalize(table.detach().float().cpu(), dim=-1)
+    sim = t @ t.T                                                           # (hw, hw)
+    r, c = grid_coords((h, w))
+    dr, dc = (r[:, None] - r[None]).abs(), (c[:, None] - c[None]).abs()
+    groups = {"neighbours": dr + dc == 1, "same row": (dr == 0) & (dc >= 2), "same column": (dc == 0) & (dr >= 2),
+              "different row and column": (dr > 0) & (dc > 0)}
+    out = {name: float(sim[mask].mean()) if mask.any() else float("nan") for name, mask in groups.items()}
+    line = ((dr == 0) | (dc == 0)) & (dr + dc > 0)
+    out["row_column_excess"] = float(sim[line].mean() - sim[groups["different row and column"]].mean())
+    return out
+
+
 def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *, num_prefix_tokens: int = 0) -> Tensor:
     """Resize a learned [prefix + old_h*old_w, D] table to [prefix + new_h*new_w, D] (ViT section 3.2).
 

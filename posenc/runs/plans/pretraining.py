@@ -12,29 +12,36 @@ SIZES = {
 }
 
 
-def pretraining(scheme: str, size: dict, seed: int, keep_weights: bool = False, **scheme_kwargs) -> RunSpec:
-    return RunSpec(scheme=scheme, task="mlm_cls", task_kwargs={"train_length": size["length"]}, recipe="pretrain",
+def pretraining(scheme: str, size: dict, seed: int, keep_weights: bool = False, cls_task: str | None = None,
+                **scheme_kwargs) -> RunSpec:
+    task_kwargs = {"train_length": size["length"], **({"cls_task": cls_task} if cls_task else {})}
+    return RunSpec(scheme=scheme, task="mlm_cls", task_kwargs=task_kwargs, recipe="pretrain",
                    model={"d_model": size["d_model"], "n_heads": 4, "n_layers": size["n_layers"], **scheme_kwargs},
                    train={"steps": size["steps"], "batch_size": size["batch_size"], "lr": size["lr"],
                           "warmup": size["steps"] // 10, "log_every": size["log_every"]},
                    seed=seed, keep_weights=keep_weights)
 
 
-def view(runs) -> tuple:
-    """What chapters 08 and 09 read from their runs: (rows, histories by (model, seed), variants, seeds, steps, task)."""
+def view(runs, cls_task: str | None = None) -> tuple:
+    """What chapters 08 and 09 read from the runs of one [CLS] task (None: the continuation task):
+    (rows, histories by (model, seed), variants, seeds, steps, task)."""
     from ...tasks import make_task
-    seeds = sorted({lab["seed"] for lab in runs.labels})
-    spec = runs.spec(model="BERT-A", seed=seeds[0])
-    histories = {(lab["model"], lab["seed"]): rec.history for lab, rec in runs.select()}
-    variants = list(dict.fromkeys(lab["model"] for lab in runs.labels))
-    return runs.rows(), histories, variants, seeds, spec.train["steps"], make_task(spec.task, **spec.task_kwargs)
+    labels = [lab for lab, _ in runs.select(cls_task=cls_task)]
+    seeds = sorted({lab["seed"] for lab in labels})
+    spec = runs.spec(model=labels[0]["model"], seed=seeds[0], cls_task=cls_task)
+    histories = {(lab["model"], lab["seed"]): rec.history for lab, rec in runs.select(cls_task=cls_task)}
+    variants = list(dict.fromkeys(lab["model"] for lab in labels))
+    return (runs.rows(cls_task=cls_task), histories, variants, seeds, spec.train["steps"],
+            make_task(spec.task, **spec.task_kwargs))
 
 
-def _variants(variants: dict, profile: str, keep: str = ""):
+def _variants(variants: dict, profile: str, keep=(), cls_task: str | None = None):
     size = SIZES.get(profile)
     if size is None:
         return []
-    return [({"model": name, "seed": s}, pretraining(scheme, size, s, keep_weights=name == keep, **kw(size)))
+    label = {"cls_task": cls_task} if cls_task else {}
+    return [({"model": name, "seed": s, **label},
+             pretraining(scheme, size, s, keep_weights=name in keep, cls_task=cls_task, **kw(size)))
             for s in size["seeds"] for name, (scheme, kw) in variants.items()]
 
 
@@ -46,7 +53,11 @@ def tupe(profile: str):
         "TUPE-R": ("tupe", lambda size: dict(relative=True, num_buckets=16, max_distance=size["length"])),
         "TUPE-A tie-cls": ("tupe", lambda size: dict(cls_reset=False)),
         "BERT-A^d": ("tupe", lambda size: dict(cross_terms=True, cls_reset=False)),
-    }, profile, keep="BERT-A")
+    }, profile, keep=("BERT-A", "TUPE-A")) + _variants({
+        "BERT-A": ("learned", lambda size: {}),
+        "TUPE-A": ("tupe", lambda size: {}),
+        "TUPE-A tie-cls": ("tupe", lambda size: dict(cls_reset=False)),
+    }, profile, cls_task="noise_tail")
 
 
 @declare("09_deberta")
@@ -57,4 +68,5 @@ def deberta(profile: str):
         "-C2P": ("deberta", lambda size: dict(k=size["k"], terms=["p2c"])),
         "-P2C": ("deberta", lambda size: dict(k=size["k"], terms=["c2p"])),
         "-EMD": ("deberta", lambda size: dict(k=size["k"], absolute="input")),
+        "EMD as paper": ("deberta", lambda size: dict(k=size["k"], emd_passes=2)),
     }, profile)

@@ -43,7 +43,7 @@ VIT_VARIANTS = {  # trained scheme: [(name, resize mode of the learned table, sc
 def vit(profile: str):
     """ViTs with four position schemes at low resolution, moved to high resolution; CNN stems without position."""
     size = {"ci": dict(lo=16, hi=32, patch=4, d_model=32, n_heads=2, n_layers=2, steps=400, ft_steps=40,
-                       batch_size=32, lr=3e-3, max_shift=0, seeds=(0,)),
+                       batch_size=32, lr=3e-3, max_shift=0, seeds=(0, 1, 2)),
             "full": dict(lo=32, hi=64, patch=4, d_model=128, n_heads=4, n_layers=4, steps=3000, ft_steps=500,
                          batch_size=128, lr=1e-3, max_shift=1, seeds=(0, 1, 2))}.get(profile)
     if size is None:
@@ -64,4 +64,28 @@ def vit(profile: str):
            for scheme in ("none", "learned", "sincos2d", "rope2d") for s in size["seeds"]]
     out += [({"stem": "cnn", "scheme": scheme, "seed": s}, spec(scheme, "cnn", s))
             for scheme in ("none", "learned") for s in size["seeds"]]
-    return out
+    return out + data_sweep(profile)
+
+
+def data_sweep(profile: str):
+    """ViT's inductive-bias claim: the learned table with a patch or a CNN stem, on the first n training digits."""
+    size = {"ci": dict(image=24, d_model=32, n_heads=2, n_layers=2, steps=1200, batch_size=32, lr=3e-3),
+            "full": dict(image=32, d_model=128, n_heads=4, n_layers=4, steps=3000, batch_size=128, lr=1e-3)}.get(profile)
+    if size is None:
+        return []
+
+    def spec(stem, n, s):
+        steps = size["steps"]
+        return RunSpec(scheme="learned", task="digits", task_kwargs={"image_size": size["image"], "max_shift": 1},
+                       recipe="vit", model={"patch_size": 4, "stem": stem, "d_model": size["d_model"],
+                                            "n_heads": size["n_heads"], "n_layers": size["n_layers"]},
+                       train={"steps": steps, "batch_size": size["batch_size"], "lr": size["lr"],
+                              "warmup": min(100, steps // 5), "log_every": steps // 20},
+                       seed=s, options={"train_images": n})
+
+    return [({"stem": stem, "scheme": "learned", "seed": s, "images": n}, spec(stem, n, s))
+            for n in DATA_SIZES for stem in ("patch", "cnn") for s in (0, 1, 2)]
+
+
+#: training images of the data-size sweep: 1/8, 1/4, 1/2 and all of the 1348 in the fixed split
+DATA_SIZES = (168, 337, 674, 1348)
