@@ -102,14 +102,24 @@ def main(argv=None) -> int:
         print(f"nothing to run: every {args.profile} run of {len(chapters)} chapters is stored in {store.folder}")
         return 0
     workers = args.workers or default_workers(args.device)
-    t0 = time.monotonic()
-    out = run_specs([s for _, s in todo], store, workers=workers, device=args.device, deadline=args.deadline,
-                    progress=not args.quiet, desc=f"{args.profile} runs")
-    print(f"{len(out['done'])} runs stored, {len(out['failed'])} failed, {len(out['abandoned'])} left for the next "
-          f"call; {time.monotonic() - t0:.0f} s with {workers} workers")
-    for key, error in out["failed"].items():
-        print(f"  failed {key}: {error}", file=sys.stderr)
-    return 1 if out["failed"] else 0
+    t0, failed = time.monotonic(), False
+    while todo:
+        left = None if args.deadline is None else args.deadline - (time.monotonic() - t0)
+        if left is not None and left <= 0:
+            break
+        out = run_specs([s for _, s in todo], store, workers=workers, device=args.device, deadline=left,
+                        progress=not args.quiet, desc=f"{args.profile} runs")
+        print(f"{len(out['done'])} runs stored, {len(out['failed'])} failed, {len(out['abandoned'])} left for the "
+              f"next call; {time.monotonic() - t0:.0f} s with {workers} workers")
+        for key, error in out["failed"].items():
+            print(f"  failed {key}: {error}", file=sys.stderr)
+        failed |= bool(out["failed"])
+        if out["failed"] or out["abandoned"]:
+            break
+        # A plan may read the store (a learning-rate grid declares its tuned seeds once the grid is stored):
+        # plan again, and go on while that declares runs not yet made.
+        todo = collect(chapters, args.profile)[rank::world]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

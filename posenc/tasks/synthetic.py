@@ -19,6 +19,23 @@ tested up to 4L. Two families:
 | `kback`    | label_i = x_{i-k}                | relative position            |
 | `index`    | label_i = x_c for i >= c         | absolute position            |
 | `position` | label_i = i                      | absolute position (a probe)  |
+| `sort`     | y = x sorted                     | content ranking, counting    |
+| `duplicate`| y = x x                          | aligning j with n+1+j, n+j   |
+| `addition` | label_i = digit i of a + b       | the carry from the left      |
+| `parity`   | label_i = x_1 + ... + x_i mod 2  | counting over the prefix     |
+| `scan`     | a SCAN-like command's actions    | composition + alignment      |
+
+`addition` is column addition as labelling: item i is the column (a_i, b_i) of two
+n-digit decimal numbers written least significant digit first, one token per column
+(100 of them), and its label is the sum's digit s_i = (a_i + b_i + c_i) mod 10, where
+the carry c_i is 1 when the columns before i overflow (a run of 9s carries it on). The
+digits are aligned by construction, so what the task asks of position is the carry:
+reading the columns just before, as far back as a run of 9s goes. `parity` labels every
+prefix of a bit string. `scan` is a generated command language in the spirit of
+SCAN (Lake & Baroni 2018): n phrases "verb direction count" (verb in jump, walk, run,
+look; direction in forward, left, right; count in once, twice, thrice) map to the
+action sequence, each phrase's [turn] ACTION repeated count times, padded with PAD
+targets to 6 actions per phrase; n is the number of phrases.
 """
 from __future__ import annotations
 
@@ -65,6 +82,8 @@ class SyntheticTask:
             raise ValueError(f"min_train_length={self.min_train_length} must be <= train_length={self.train_length}")
         if self.name in ("kback", "index") and not 0 <= self.k < self.train_length:
             raise ValueError(f"k must be in [0, train_length) for {self.name!r}; got {self.k}")
+        if self.name == "scan" and self.n_symbols < 16:
+            raise ValueError(f"n_symbols must be >= 16 for 'scan' (its words and actions); got {self.n_symbols}")
 
     @property
     def min_length(self) -> int:
@@ -77,14 +96,15 @@ class SyntheticTask:
 
     @property
     def vocab_size(self) -> int:
-        outputs = {"recall": 2 * self.max_length, "position": self.max_length + 1}.get(self.name, 0)
+        outputs = {"recall": 2 * self.max_length, "position": self.max_length + 1, "addition": 100}.get(self.name, 0)
         return N_SPECIAL + max(self.n_symbols, outputs)
 
     def seq_len(self, length: int, causal: bool) -> int:
         """Tokens the model sees for a source of `length` items."""
         if self.name in LABELLING:
             return length + 1                                   # [BOS] x
-        src, ans = (2 * length + 1, 1) if self.name == "recall" else (length, length)
+        src, ans = {"recall": (2 * length + 1, 1), "duplicate": (length, 2 * length),
+                    "scan": (3 * length, 6 * length)}.get(self.name, (length, length))
         return src + ans + 2 - int(causal)                      # [BOS] src [SEP] ans, shifted if causal
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple[Tensor, Tensor]:
@@ -186,7 +206,54 @@ def _position(task, B, n, g):
     return x, (torch.arange(n) + N_SPECIAL).expand(B, n).clone()
 
 
+def _sort(task, B, n, g):
+    x = _items(task, B, n, g)
+    return x, x.sort(1).values
+
+
+def _duplicate(task, B, n, g):
+    x = _items(task, B, n, g)
+    return x, torch.cat([x, x], 1)
+
+
+def _addition(task, B, n, g):
+    """Columns (a_i, b_i) as tokens 10 a_i + b_i, least significant first; labels the sum's digits."""
+    a, b = torch.randint(0, 10, (2, B, n), generator=g)
+    digits, carry = [], torch.zeros(B, dtype=torch.long)
+    for i in range(n):
+        total = a[:, i] + b[:, i] + carry
+        digits.append(total % 10)
+        carry = total // 10
+    return 10 * a + b + N_SPECIAL, torch.stack(digits, 1) + N_SPECIAL
+
+
+def _parity(task, B, n, g):
+    bits = torch.randint(0, 2, (B, n), generator=g)
+    return bits + N_SPECIAL, bits.cumsum(1) % 2 + N_SPECIAL
+
+
+#: SCAN-like words: 4 verbs, 3 directions, 3 counts (ids N_SPECIAL + 0..9) and 6 actions (+10..15).
+SCAN_VERBS, SCAN_DIRECTIONS, SCAN_COUNTS = ("jump", "walk", "run", "look"), ("forward", "left", "right"), \
+    ("once", "twice", "thrice")
+SCAN_ACTIONS = ("JUMP", "WALK", "RUN", "LOOK", "LTURN", "RTURN")
+
+
+def _scan(task, B, n, g):
+    """n phrases (verb, direction, count) -> ([turn] ACTION) * count per phrase, PAD-filled to 6n actions."""
+    verb, direction, count = (torch.randint(0, k, (B, n), generator=g) for k in (4, 3, 3))
+    src = torch.stack([verb, 4 + direction, 7 + count], 2).flatten(1) + N_SPECIAL      # (B, 3n)
+    out = torch.full((B, 6 * n), PAD)
+    for b in range(B):
+        acts = []
+        for v, d, c in zip(verb[b].tolist(), direction[b].tolist(), count[b].tolist()):
+            step = ([13 + d] if d else []) + [10 + v]                                   # LTURN = 14, RTURN = 15
+            acts += step * (c + 1)
+        out[b, :len(acts)] = torch.tensor(acts) + N_SPECIAL
+    return src, out
+
+
 GENERATORS = {"copy": _copy, "reverse": _reverse, "recall": _recall,
-              "kback": _kback, "index": _index, "position": _position}
+              "kback": _kback, "index": _index, "position": _position,
+              "sort": _sort, "duplicate": _duplicate, "addition": _addition, "parity": _parity, "scan": _scan}
 TASKS = tuple(GENERATORS)
-LABELLING = ("kback", "index", "position")
+LABELLING = ("kback", "index", "position", "parity", "addition")

@@ -8,7 +8,7 @@ from . import declare
 @declare("12_cnn_zero_padding")
 def cnn_zero_padding(profile: str):
     """Three paddings at full depth (read-out R^2 of the position), and zero padding at growing depth."""
-    size = {"ci": dict(size=16, dilations=(1, 2, 4, 1), channels=16, steps=300, batch_size=16, seeds=(0,),
+    size = {"ci": dict(size=16, dilations=(1, 2, 4, 1), channels=16, steps=300, batch_size=16, seeds=(0, 1, 2, 3, 4),
                        sweep=[(1,), (1, 2), (1, 2, 2), (1, 2, 4, 1)], sweep_steps=200, maps=True),
             "full": dict(size=32, dilations=(1, 2, 4, 8, 1), channels=32, steps=2000, batch_size=32, seeds=(0, 1, 2),
                          sweep=[(1,), (1, 2), (1, 2, 4), (1, 2, 4, 4), (1, 2, 4, 8), (1, 2, 4, 8, 1)],
