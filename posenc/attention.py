@@ -9,7 +9,10 @@ per-layer `Scheme.layer_logit_bias`, e the per-layer `Scheme.extra_logits` and u
 per-layer `Scheme.extra_values`.
 When u is absent the whole computation is PyTorch's fused
 `scaled_dot_product_attention`; only schemes that add to the values, or a caller
-asking for the attention weights, take the explicit softmax path.
+asking for the attention weights, take the explicit softmax path. When the model
+chose FlexAttention for a bias scheme (`PositionContext.score_mod`, see
+`Transformer.context`), b comes from the scheme's `score_mod` inside the kernel and no
+[H, N, N] bias exists.
 """
 from __future__ import annotations
 
@@ -53,7 +56,9 @@ class Attention(nn.Module):
             mask = extra if mask is None else mask + extra
         scale, p = scheme.logit_scale(), self.dropout if self.training else 0.0
         causal_only = mask is None and ctx.causal
-        if need_weights or scheme.uses_extra_values:
+        if ctx.score_mod is not None and mask is None and not (need_weights or scheme.uses_extra_values):
+            y, probs = flex_attention(q, k, v, score_mod=ctx.score_mod, block_mask=ctx.block_mask, scale=scale), None
+        elif need_weights or scheme.uses_extra_values:
             y, probs = explicit_attention(q, k, v, mask, scale, causal_only, p)
             u = scheme.extra_values(probs, ctx, self.layer)        # hook 4: (B, H, T, Dh) or None
             y = y if u is None else y + u
@@ -62,6 +67,29 @@ class Attention(nn.Module):
                                                       is_causal=causal_only, scale=scale), None
         y = y.transpose(1, 2).reshape(B, T, D)                     # (B, T, D)
         return self.out(y), probs
+
+
+def flex_attention(q, k, v, *, score_mod, block_mask, scale):
+    """PyTorch's FlexAttention, compiled once per process (its fused kernel), eager only where
+    compilation is off (`torch.compiler.is_compiling()` or TORCHDYNAMO_DISABLE)."""
+    global _FLEX
+    if _FLEX is None:
+        from torch.nn.attention.flex_attention import flex_attention as flex
+        _FLEX = torch.compile(flex, dynamic=False)
+    return _FLEX(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+_FLEX = None
+
+
+def causal_block_mask(q_len: int, k_len: int, device):
+    """FlexAttention's block mask for causal attention, right-aligned like `causal_mask`."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    offset = k_len - q_len
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + offset
+    return create_block_mask(causal, B=None, H=None, Q_LEN=q_len, KV_LEN=k_len, device=device)
 
 
 def explicit_attention(q, k, v, mask, scale, is_causal=False, dropout_p=0.0):

@@ -16,10 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Attention, causal_mask
+from .attention import Attention, causal_block_mask, causal_mask
 from .scheme import PositionContext, Scheme, get_scheme
 
 IGNORE = -100  # target id that losses and metrics skip
+#: Where a bias scheme's b_ij is computed: "auto" (FlexAttention on CUDA, the [H, N, N] tensor elsewhere),
+#: "flex" (FlexAttention wherever it runs; on CPU for inference only, as PyTorch has no CPU backward for it)
+#: or "sdpa" (always the tensor). Per model:
+#: `model.attention_backend`.
+ATTENTION_BACKENDS = ("auto", "flex", "sdpa")
 
 
 @dataclass
@@ -102,6 +107,7 @@ class Transformer(nn.Module):
         self.apply(_init_weights)
         if tie_weights:
             self.head.weight = self.tok.weight
+        self.attention_backend = "auto"
 
     # -- public API --------------------------------------------------------------
     def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
@@ -158,16 +164,20 @@ class Transformer(nn.Module):
             self._check_positions(tokens.shape[1], positions, tokens.device)
             return self.ln_f(x), [None] * len(self.blocks), [x] * len(self.blocks)
         mem_len = self._check_memory(memory, tokens)
-        ctx = self.context(tokens.shape[1], positions, tokens.device, mem_len)
+        ctx = self.context(tokens.shape[1], positions, tokens.device, mem_len, need_weights)
         x = self.drop(self.scheme.embed(x, ctx))                     # hook 1
         x, maps, inputs = run_blocks(self.blocks, self.scheme, x, ctx, need_weights, memory)
         return self.ln_f(x), maps, inputs
 
-    def context(self, seq_len: int, positions: Tensor | None, device, mem_len: int = 0) -> PositionContext:
+    def context(self, seq_len: int, positions: Tensor | None, device, mem_len: int = 0,
+                need_weights: bool = False) -> PositionContext:
         """Positions, the scheme's shared tables and the merged bias + causal mask.
 
         With `mem_len` > 0 (Transformer-XL memory) keys are [memory; segment], the
         context is a `SegmentContext` and the causal mask is right-aligned (T, M + T).
+        On the FlexAttention path (`attention_backend`; a scheme with a `score_mod`, no
+        per-layer terms, no memory, no dropout, no weights asked for) the context holds the
+        score_mod and a causal block mask instead of the [H, T, T] bias.
         """
         start = mem_len if positions is None else None      # default positions: consecutive from mem_len
         if mem_len and positions is None:
@@ -183,12 +193,30 @@ class Transformer(nn.Module):
             ctx = PositionContext(positions, self.causal, has_cls=self.cls is not None)
         ctx.start = start
         ctx.tables = self.scheme.prepare(ctx)
+        if self._flex(device, mem_len, need_weights):
+            ctx.score_mod = self.scheme.score_mod(ctx)               # hook 3 as a function of (h, i, j)
+            if ctx.score_mod is not None:
+                ctx.block_mask = causal_block_mask(ctx.seq_len, ctx.seq_len, device) if self.causal else None
+                return ctx
         bias = self.scheme.logit_bias(ctx)                           # hook 3, once for all layers
         if self.causal and (bias is not None or self.scheme.custom_attention or mem_len):
             mask = causal_mask(ctx.seq_len, ctx.seq_len + mem_len, device)  # explicit: extra logits or memory
             bias = mask if bias is None else bias + mask
         ctx.attn_mask = bias                                         # None: plain (causal) SDPA
         return ctx
+
+    def _flex(self, device, mem_len: int, need_weights: bool) -> bool:
+        """Whether this forward may compute the bias inside FlexAttention (see `attention_backend`)."""
+        backend = self.attention_backend
+        if backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}; got {backend!r}")
+        on_cuda = torch.device(device).type == "cuda"
+        wanted = backend == "flex" or (backend == "auto" and on_cuda)
+        if backend == "flex" and not on_cuda and torch.is_grad_enabled() and self.training:
+            raise ValueError("attention_backend='flex' trains on CUDA only (PyTorch's FlexAttention has no CPU "
+                             "backward); on CPU use it for inference (model.eval() or torch.no_grad()) or use 'sdpa'")
+        return (wanted and not mem_len and not need_weights and not self.scheme.custom_attention
+                and not self.scheme.uses_extra_values and (self.drop.p == 0 or not self.training))
 
     # -- validation --------------------------------------------------------------
     def _check_memory(self, memory, tokens: Tensor) -> int:

@@ -15,6 +15,8 @@ the matching hook. Every default does nothing, so `Scheme` itself is NoPE.
 | `layer_transform_qk` | the same, in block l only (default:   | Llama 4's NoPE layers    |
 |                  | `transform_qk` in every block)            |                          |
 | `logit_bias`     | a_ij += b_ij, shared by all layers        | T5, ALiBi                |
+| `score_mod`      | the same b_ij as a FlexAttention function | T5, ALiBi                |
+|                  | of (head, i, j): no [H, N, N] tensor      |                          |
 | `layer_logit_bias` | a_ij += b^l_ij, one per layer           | FIRE, KERPLE             |
 | `extra_logits`,  | per-layer terms from q, k and positions   | Shaw, Transformer-XL,    |
 | `extra_values`   | in the logits (and in the values)         | TUPE, DeBERTa            |
@@ -51,6 +53,8 @@ class PositionContext:
     tables: dict = field(default_factory=dict)  # filled once by Scheme.prepare
     attn_mask: Tensor | None = None  # [h or 1, seq, seq] float: bias + causal mask
     start: int | None = None  # positions are start, start + 1, ... (the model's default), known without a sync
+    score_mod: object = None  # set instead of attn_mask on the FlexAttention path (`Scheme.score_mod`)
+    block_mask: object = None  # FlexAttention's causal block mask on that path (None: bidirectional)
 
     @property
     def seq_len(self) -> int:
@@ -124,6 +128,12 @@ class Scheme(nn.Module):
     # -- hook 3: logit bias ----------------------------------------------------
     def logit_bias(self, ctx: PositionContext) -> Tensor | None:
         """b_ij added to every layer's scaled logits: [heads or 1, seq, seq] or None."""
+        return None
+
+    def score_mod(self, ctx: PositionContext):
+        """Hook 3 for FlexAttention: b_ij as a function `(score, b, h, i, j) -> score + b_hij` of indices,
+        built from O(N) tables, so that no [H, N, N] bias is materialised; None (the default) when the
+        scheme has none, and then the model builds `logit_bias`. It must equal `logit_bias(ctx)[h, i, j]`."""
         return None
 
     def layer_logit_bias(self, ctx: PositionContext, layer: int) -> Tensor | None:

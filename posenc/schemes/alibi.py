@@ -62,6 +62,14 @@ class ALiBi(Scheme):
         self.register_buffer("slopes", alibi_slopes(self.n_heads).float(), persistent=False)
         self._last: tuple | None = None       # (n, device, bias) of the last run of consecutive positions
 
+    def score_mod(self, ctx: PositionContext):
+        """-m_h |p_j - p_i| from the positions and the slopes (FlexAttention; no [H, T, T] bias)."""
+        pos, slopes = ctx.positions.to(torch.float32), self.slopes
+
+        def alibi(score, b, h, q_idx, kv_idx):
+            return score - slopes[h] * (pos[kv_idx] - pos[q_idx]).abs()
+        return alibi
+
     def logit_bias(self, ctx: PositionContext) -> Tensor:
         """-m_h |j - i| (H, T, T); for consecutive integer positions (any offset) the bias
         depends on T only and the last one is reused, as long as it was built with autograd on."""

@@ -82,6 +82,17 @@ class T5Bias(Scheme):
         rel = rel.round().long() if rel.is_floating_point() else rel
         return {"t5_buckets": t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)}
 
+    def score_mod(self, ctx: PositionContext):
+        """b_h[bucket(j - i)] read from the (2n - 1, H) table of distances (FlexAttention); None for
+        positions that are not consecutive integers (then the model builds the [H, Q, K] bias)."""
+        if "t5_distance_buckets" not in ctx.tables:
+            return None
+        table, n = self.bias(ctx.tables["t5_distance_buckets"]), ctx.seq_len         # (2n - 1, H)
+
+        def t5(score, b, h, q_idx, kv_idx):
+            return score + table[kv_idx - q_idx + n - 1, h]
+        return t5
+
     def logit_bias(self, ctx: PositionContext) -> Tensor:
         if "t5_distance_buckets" in ctx.tables:                                # Toeplitz: b[h, i, j] = v[h, j - i + n - 1]
             v = self.bias(ctx.tables["t5_distance_buckets"]).T                 # (H, 2n - 1)

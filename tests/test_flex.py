@@ -1,0 +1,63 @@
+"""The FlexAttention path of the bias schemes: the same model output as the [H, N, N] bias through
+SDPA, no bias tensor built, and the cases that must keep the tensor path. (CPU: forward only, as
+PyTorch's FlexAttention has no CPU backward; the GPU run of `python -m posenc.bench` times it.)"""
+import pytest
+import torch
+
+import posenc
+
+pytest.importorskip("torch.nn.attention.flex_attention")
+
+
+def _model(scheme, causal, **kw):
+    torch.manual_seed(0)
+    return posenc.build_model(scheme, 30, causal=causal, d_model=32, n_heads=4, n_layers=2, max_len=96, **kw).eval()
+
+
+@pytest.mark.parametrize("scheme", ["alibi", "t5"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_flex_path_equals_the_bias_tensor_path(scheme, causal):
+    model, x = _model(scheme, causal), torch.randint(0, 30, (2, 24))
+    with torch.no_grad():
+        model.attention_backend = "sdpa"
+        want = model(x)
+        model.attention_backend = "flex"
+        got = model(x)
+        shifted = model(x, torch.arange(24) + 50)           # ALiBi and T5 see distances only
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shifted, want, atol=1e-5, rtol=1e-5)
+
+
+def test_flex_context_holds_a_function_not_a_bias():
+    model = _model("alibi", True)
+    model.attention_backend = "flex"
+    with torch.no_grad():
+        ctx = model.context(16, None, "cpu")
+    assert ctx.attn_mask is None and callable(ctx.score_mod) and ctx.block_mask is not None
+    model.attention_backend = "auto"                        # on CPU, auto keeps the fused SDPA with a tensor
+    ctx = model.context(16, None, "cpu")
+    assert ctx.score_mod is None and ctx.attn_mask.shape == (4, 16, 16)
+
+
+def test_cases_that_keep_the_tensor_path():
+    t5 = _model("t5", True)
+    t5.attention_backend = "flex"
+    with torch.no_grad():
+        odd = torch.tensor([0, 2, 3, 7, 8, 9, 20, 21])       # not consecutive: T5 has no distance table
+        assert t5.context(8, odd, "cpu").score_mod is None
+        assert t5.context(8, None, "cpu", need_weights=True).score_mod is None
+        maps = t5.attention_maps(torch.randint(0, 30, (1, 8)))  # weights asked for: the explicit softmax
+    assert maps[0].shape == (1, 4, 8, 8)
+    shaw = _model("shaw", True)                              # per-layer terms: never FlexAttention here
+    shaw.attention_backend = "flex"
+    assert shaw.context(8, None, "cpu").score_mod is None
+
+
+def test_flex_backend_errors_are_clear():
+    model = _model("alibi", True).train()
+    model.attention_backend = "flex"
+    with pytest.raises(ValueError, match="attention_backend='flex' trains on CUDA only"):
+        model(torch.randint(0, 30, (1, 8)))
+    model.attention_backend = "fast"
+    with pytest.raises(ValueError, match="attention_backend must be one of"):
+        model(torch.randint(0, 30, (1, 8)))
