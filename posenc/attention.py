@@ -16,6 +16,8 @@ chose FlexAttention for a bias scheme (`PositionContext.score_mod`, see
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -70,13 +72,21 @@ class Attention(nn.Module):
 
 
 def flex_attention(q, k, v, *, score_mod, block_mask, scale):
-    """PyTorch's FlexAttention, compiled once per process (its fused kernel), eager only where
-    compilation is off (`torch.compiler.is_compiling()` or TORCHDYNAMO_DISABLE)."""
+    """PyTorch's FlexAttention, compiled once per process into its fused kernel. Where it cannot be
+    compiled (a CPU machine without a C++ compiler, say) it warns once and uses the eager kernel."""
     global _FLEX
+    from torch.nn.attention.flex_attention import flex_attention as eager
     if _FLEX is None:
-        from torch.nn.attention.flex_attention import flex_attention as flex
-        _FLEX = torch.compile(flex, dynamic=False)
-    return _FLEX(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        _FLEX = torch.compile(eager, dynamic=False)
+    try:
+        return _FLEX(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    except Exception as err:  # noqa: BLE001  (torch.compile raises many kinds; the eager call re-raises real errors)
+        if _FLEX is eager:
+            raise
+        warnings.warn(f"FlexAttention could not be compiled ({type(err).__name__}: {err}); using its eager kernel",
+                      RuntimeWarning, stacklevel=2)
+        _FLEX = eager
+        return eager(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
 _FLEX = None

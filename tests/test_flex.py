@@ -61,3 +61,20 @@ def test_flex_backend_errors_are_clear():
     model.attention_backend = "fast"
     with pytest.raises(ValueError, match="attention_backend must be one of"):
         model(torch.randint(0, 30, (1, 8)))
+
+
+def test_flex_falls_back_to_the_eager_kernel_when_it_cannot_compile(monkeypatch):
+    import posenc.attention as attention
+
+    def compiled_but_fails(*args, **kwargs):               # what torch.compile gives without a C++ compiler
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(attention, "_FLEX", compiled_but_fails)
+    model, x = _model("alibi", True), torch.randint(0, 30, (2, 12))
+    with torch.no_grad():
+        model.attention_backend = "sdpa"
+        want = model(x)
+        model.attention_backend = "flex"
+        with pytest.warns(RuntimeWarning, match="could not be compiled"):
+            got = model(x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
