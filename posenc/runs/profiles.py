@@ -114,9 +114,9 @@ def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dic
 
 
 def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = None):
-    """The claims `chapter` recorded for `profile`, as a table (claim, verdict, measured): what the chapter
+    """The claims `chapter` recorded for `profile`, as a table (verdict, claim, measured): what the chapter
     shows after recording them, and what the comparison chapter's claims table collects."""
     from ..table import Table
     path = _claims_path(profile, chapter, results_dir)
     claims = _read_json(path) if path.exists() else {}
-    return Table({"claim": c, "verdict": r["verdict"], "measured": r["measured"]} for c, r in claims.items())
+    return Table({"verdict": r["verdict"], "claim": c, "measured": r["measured"]} for c, r in claims.items())
