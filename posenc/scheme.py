@@ -11,6 +11,8 @@ the matching hook. Every default does nothing, so `Scheme` itself is NoPE.
 | ---------------- | ----------------------------------------- | ------------------------ |
 | `embed`          | x_i -> x_i + p_i (or x_i * p_i)           | learned, sinusoidal      |
 | `layer_input`    | the same, before every block              | FLOATER, DeBERTa's EMD   |
+| `decoder_queries`| the last block rerun `decoder_passes`     | DeBERTa's EMD as the     |
+|                  | times, queries h + P, keys/values h       | paper builds it          |
 | `transform_qk`   | q_i -> R_i q_i, k_j -> R_j k_j            | RoPE                     |
 | `layer_transform_qk` | the same, in block l only (default:   | Llama 4's NoPE layers    |
 |                  | `transform_qk` in every block)            |                          |
