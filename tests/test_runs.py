@@ -248,3 +248,22 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LR_GRID[2]}
     assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 6
     assert {(r["task"], r["lr"]) for r in shown["rows"]} == {(task, lr) for (_, task), lr in chosen.items()}
+
+
+def test_the_runner_plans_again_after_a_pass_for_runs_declared_from_the_store(tmp_path, monkeypatch, capsys):
+    """A plan that declares its second run only once its first is stored (as the paper tier's learning-rate
+    grid does) is finished by one call of the runner."""
+    from posenc.runs import __main__ as runner
+    from posenc.runs.plans import PLANS
+    monkeypatch.setenv("POSENC_CI_STORE", str(tmp_path))
+    first, second = tiny(seed=0), tiny(seed=1)
+
+    def staged(profile):
+        done = Store("ci").get(first) is not None
+        return [({"seed": 0}, first)] + ([({"seed": 1}, second)] if done else [])
+
+    monkeypatch.setitem(PLANS, "99_staged", staged)
+    assert runner.main(["--profile", "ci", "--chapters", "99_staged", "--workers", "1", "--quiet"]) == 0
+    store = Store("ci")
+    assert store.get(first) is not None and store.get(second) is not None
+    assert capsys.readouterr().out.count("runs stored") == 2                  # two passes, one call
