@@ -226,17 +226,17 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     monkeypatch.setattr(suite, "Store", lambda profile: Store(profile, tmp_path))
     first = plan("15_length_generalisation", "paper")
     assert {lab["part"] for lab, _ in first} == {"grid"}
-    assert len(first) == len(suite.SCHEMES) * len(suite.TASKS) * len(suite.LR_GRID)
+    assert len(first) == len(suite.SCHEMES) * sum(len(suite.lr_grid(t)) for t in suite.TASKS)
     assert plan("15_length_generalisation", "ci") == []
     store = Store("paper", tmp_path)
-    scores = {"copy": dict(zip(suite.LR_GRID, (0.5, 0.9, 0.9))), "lm": dict(zip(suite.LR_GRID, (2.1, 2.3, 2.0)))}
+    scores = {"copy": dict(zip(suite.LR_GRID, (0.5, 0.9, 0.9))), "lm": dict(zip(suite.LM_LR_GRID, (2.1, 2.3, 2.0, 2.2)))}
     for task, by_lr in scores.items():
         for lr, value in by_lr.items():
             metric = "bpc" if task == "lm" else "accuracy"
             store.put(suite.cell("rope", task, 0, lr), {"table": [{"x_train": 2.0, metric: 0.0},
                                                                  {"x_train": 1.0, metric: value}], "history": []})
     assert suite.chosen_lr("paper", "rope", "copy", store) == suite.LR_GRID[1]      # best accuracy, first of equals
-    assert suite.chosen_lr("paper", "rope", "lm", store) == suite.LR_GRID[2]        # lowest bits per character
+    assert suite.chosen_lr("paper", "rope", "lm", store) == suite.LM_LR_GRID[2]     # lowest bits per character
     assert suite.chosen_lr("paper", "nope", "copy", store) is None
     tuned = [(lab, s) for lab, s in plan("15_length_generalisation", "paper") if lab["part"] == "tuned"]
     copy = [(lab, s) for lab, s in tuned if lab["task"] == "copy"]
@@ -245,8 +245,8 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     assert sorted(lab["seed"] for lab, _ in tuned if lab["task"] == "lm") == list(suite.LM["seeds"])
     assert copy[0][1] == suite.cell("rope", "copy", 0, suite.LR_GRID[1])              # seed 0 is the grid's own run
     shown = suite.view(store)
-    chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LR_GRID[2]}
-    assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 6
+    chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LM_LR_GRID[2]}
+    assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 7
     assert {(r["task"], r["lr"]) for r in shown["rows"]} == {(task, lr) for (_, task), lr in chosen.items()}
 
 
