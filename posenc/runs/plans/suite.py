@@ -83,7 +83,8 @@ def suite(profile: str):
 
 
 def view(store: Store | None = None) -> dict:
-    """What the comparison chapter reads of the suite: how much is stored, the learning rate chosen for each
+    """What the comparison chapter reads of the suite: how many distinct runs are declared and stored (a tuned
+    seed 0 is its grid's run), the learning rate chosen for each
     (scheme, task) whose grid is stored, and the evaluation rows (columns scheme, task, seed, lr, x_train,
     accuracy or bpc) of the tuned runs, all seeds, once every one is stored; until then `rows` holds only
     the grid's best run (seed 0) of each finished grid, and `complete` is False."""
@@ -98,5 +99,5 @@ def view(store: Store | None = None) -> dict:
                                     if lab["part"] == "grid" and lr.get((lab["scheme"], lab["task"])) == lab["lr"]]
     columns = ("scheme", "task", "seed", "lr")
     rows = Table(r for lab, s in shown for r in records[s.key].rows(**{k: lab[k] for k in columns}))
-    return {"declared": len(labelled), "stored": sum(r is not None for r in records.values()), "complete": complete,
+    return {"declared": len(records), "stored": sum(r is not None for r in records.values()), "complete": complete,
             "lr": lr, "rows": rows}
