@@ -174,6 +174,13 @@ def verdict(values, band: Band, *, level: float = 0.95, min_seeds: int = 3) -> d
     return {"verdict": word, "mean": mean(values), "interval": [lo, hi], "band": str(band), "seeds": len(values)}
 
 
+def verdict_table(results: dict) -> Table:
+    """{claim: `verdict` dict} as a table: mean effect, 95% interval, band, seeds and verdict per claim."""
+    return Table({"claim": claim, "mean effect": round(out["mean"], 4),
+                  "95% interval": "[{:.4f}, {:.4f}]".format(*out["interval"]), "band": out["band"],
+                  "seeds": out["seeds"], "verdict": out["verdict"]} for claim, out in results.items())
+
+
 # -- the comparison: length generalisation and the book's findings -------------------------------
 def beyond_scores(rows: Table, *, threshold: float = 0.9) -> tuple[dict, dict]:
     """Scores of each scheme beyond the training length, per task, from the comparison's rows.

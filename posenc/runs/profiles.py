@@ -83,24 +83,31 @@ def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: boo
     atomic_write(path, json.dumps(claims, indent=1) + "\n")
 
 
-def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect: str, fmt: str = "{:+.3f}",
-                 why: str = "", results_dir: str | Path | None = None) -> dict:
-    """Judge `claim` by the book's one rule and record it (design.md, "Claims").
+def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}") -> dict:
+    """design.md's rule on a claim's per-seed effect: `analysis.verdict`'s dict (verdict, mean, interval, band,
+    seeds) plus "measured", the effect's name with its mean, interval, seeds and band written out.
 
-    values: the effect per seed, signed so that the paper's direction is the band's side of no
-    effect (e.g. {seed: loss of the ablation - loss of the full model}, or its values); band: the
-    `posenc.analysis.Band` named before the runs were read. The stored record carries the profile
-    (its folder), the seeds, the 95% bootstrap interval and the band. Returns `analysis.verdict`'s
-    dict (verdict, mean, interval, band, seeds).
+    values: the effect per seed (a dict {seed: effect} or a list), signed so that the paper's direction is
+    the band's side of no effect; band: the `posenc.analysis.Band` named before the runs were read.
     """
     from ..analysis import verdict
-    values = list(values.values()) if isinstance(values, dict) else list(values)
-    out = verdict(values, band)
+    out = verdict(list(values.values()) if isinstance(values, dict) else list(values), band)
     lo, hi = out["interval"]
-    measured = (f"{effect}: {fmt.format(out['mean'])} [{fmt.format(lo)}, {fmt.format(hi)}] over {out['seeds']} "
-                f"seeds; band {out['band']}")
-    save_claim(chapter, profile, claim, measured, out["verdict"], why, results_dir, band=out["band"],
-               interval=[lo, hi], seeds=out["seeds"])
+    out["measured"] = (f"{effect}: {fmt.format(out['mean'])} [{fmt.format(lo)}, {fmt.format(hi)}] over "
+                       f"{out['seeds']} seeds; band {out['band']}")
+    return out
+
+
+def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect: str, fmt: str = "{:+.3f}",
+                 why: str = "", results_dir: str | Path | None = None) -> dict:
+    """Judge `claim` by the book's one rule (`claim_verdict`) and record it (design.md, "Claims").
+
+    The stored record carries the profile (its folder), the seeds, the 95% bootstrap interval and the
+    band. Returns `claim_verdict`'s dict.
+    """
+    out = claim_verdict(values, band, effect=effect, fmt=fmt)
+    save_claim(chapter, profile, claim, out["measured"], out["verdict"], why, results_dir, band=out["band"],
+               interval=out["interval"], seeds=out["seeds"])
     return out
 
 
