@@ -3,7 +3,7 @@
     python benchmarks/rope_bench.py [--shape 8 8 512 64] [--threads 1] [--repeats 30] [--save]
 
 The measurement is `posenc.bench.kernels.rope_times` (also section `rope` of
-`python -m posenc.bench`): both layouts of ours against transformers' LLaMA
+`python -m posenc.bench`): both layouts of ours (and the half layout's compiled kernel) against transformers' LLaMA
 `apply_rotary_pos_emb` (half) and rotary-embedding-torch (interleaved), and the floor
 y = x * c over the same tensors; best of `repeats` round-robin runs, process CPU time
 by default (steadier on a shared machine; equal to wall time with one idle thread).
@@ -17,6 +17,7 @@ import torch
 
 from posenc.bench import machine
 from posenc.bench.kernels import rope_times
+from posenc.runs.store import atomic_write
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -33,4 +34,4 @@ if __name__ == "__main__":
     print(table.round(3))
     if a.save:
         path = Path(__file__).resolve().parent.parent / "results" / "bench" / "11_rope.json"
-        path.write_text(json.dumps({"setup": setup, "rows": list(table.round(3))}, indent=1) + "\n")
+        atomic_write(path, json.dumps({"setup": setup, "rows": list(table.round(3))}, indent=1) + "\n")

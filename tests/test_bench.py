@@ -42,10 +42,12 @@ def test_x_transformers_reference_has_our_sizes(name):
 
 def test_scheme_costs_rows_are_relative_to_nope():
     rows = scheme_costs(["alibi", "shaw"], seq_len=16, batch_size=2, d_model=16, n_layers=1, rounds=1)
-    assert rows.column("scheme") == ["nope", "nope (control)", "alibi", "shaw"]
+    assert rows.column("scheme") == ["nope", "nope (control)", "nope (unfused attention)", "alibi", "shaw"]
     assert rows[0]["train/nope"] == rows[0]["eval/nope"] == rows[0]["act/nope"] == 1
     shaw = rows.where(scheme="shaw")[0]
     assert shaw["act/nope"] > 1                                 # Shaw keeps its attention weights for backward
+    unfused = rows.where(scheme="nope (unfused attention)")[0]
+    assert unfused["kind"] == "input" and unfused["act/nope"] > 1   # the written-out softmax keeps its weights
     assert "cpu" in machine("cpu") and torch.__version__ in machine("cpu")
 
 

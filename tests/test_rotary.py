@@ -154,6 +154,41 @@ def test_backward_saves_tables_not_activations(layout):
     assert saved == [(64, 16), (64, 16)]
 
 
+def test_compiled_half_kernel_equals_the_eager_one_forward_and_backward():
+    """The fused kernel computes the same rotation, its backward the same inverse rotation, and it
+    still saves only the tables; bf16 in, bf16 out with float32 angles."""
+    x = torch.randn(2, 3, 24, 16, requires_grad=True)
+    g = torch.randn(2, 3, 24, 16)
+    pos = torch.arange(24) + 300
+    ref = x.detach().clone().requires_grad_()
+    (apply_rope(ref, pos, layout="half") * g).sum().backward()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        out = apply_rope(x, pos, layout="half", kernel="compiled")
+    (out * g).sum().backward()
+    torch.testing.assert_close(out, apply_rope(ref.detach(), pos, layout="half"), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(x.grad, ref.grad, rtol=1e-6, atol=1e-6)
+    assert saved == [(24, 8), (24, 8)]
+    low = apply_rope(x.detach().bfloat16(), pos, layout="half", kernel="compiled")
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low, apply_rope(x.detach().bfloat16(), pos, layout="half"))
+
+
+def test_compiled_kernel_falls_back_with_a_warning_and_checks_its_name(monkeypatch):
+    import posenc.schemes.rotary as rotary
+
+    def compiled_but_fails(*args, **kwargs):               # what torch.compile gives without a C++ compiler
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(rotary, "_FUSED_HALF", compiled_but_fails)
+    x, pos = torch.randn(2, 6, 8), torch.arange(6)
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        got = apply_rope(x, pos, layout="half", kernel="compiled")
+    torch.testing.assert_close(got, apply_rope(x, pos, layout="half"))
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        apply_rope(x, pos, kernel="triton")
+
+
 # -- dtypes and bad input -------------------------------------------------------------------
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_bf16_input_keeps_float32_angles(layout):

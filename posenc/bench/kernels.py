@@ -1,6 +1,6 @@
 """The hand-written kernels against independent implementations, forward + backward where trained.
 
-* RoPE: `posenc.rotary.rotate` in both layouts against transformers' LLaMA
+* RoPE: `posenc.rotary.rotate` in both layouts (and the half layout's compiled kernel) against transformers' LLaMA
   `apply_rotary_pos_emb` (half layout) and rotary-embedding-torch (interleaved), and a
   memory-bound floor: y = x * c over the same tensors (forward reads x, writes y;
   backward reads dy, writes dx: the least any rotation must move);
@@ -16,7 +16,8 @@ from ..table import Table
 from .timing import interleaved_times
 
 FLOOR = "floor: x * c"
-ROPE_REFERENCE = {"ours half": "transformers LLaMA (half)", "ours interleaved": "rotary-embedding-torch (interleaved)"}
+ROPE_REFERENCE = {"ours half": "transformers LLaMA (half)", "ours half, compiled": "transformers LLaMA (half)",
+                  "ours interleaved": "rotary-embedding-torch (interleaved)"}
 
 
 def rope_candidates(seq: int, dim: int) -> dict:
@@ -34,6 +35,8 @@ def rope_candidates(seq: int, dim: int) -> dict:
     floor_c = torch.randn(seq, dim)
     return {
         "ours half": lambda q, k: (rotate(q, cos, sin, "half"), rotate(k, cos, sin, "half")),
+        "ours half, compiled": lambda q, k: (rotate(q, cos, sin, "half", kernel="compiled"),
+                                             rotate(k, cos, sin, "half", kernel="compiled")),
         "transformers LLaMA (half)": lambda q, k: apply_rotary_pos_emb(q, k, llama_cos, llama_sin),
         "ours interleaved": lambda q, k: (rotate(q, cos, sin, "interleaved"), rotate(k, cos, sin, "interleaved")),
         "rotary-embedding-torch (interleaved)": lambda q, k: (apply_rotary_emb(ret_freqs, q), apply_rotary_emb(ret_freqs, k)),

@@ -25,6 +25,10 @@ from ..model import lm_loss
 from .timing import interleaved_times
 
 CONTROL = "nope (control)"
+#: NoPE forced through the written-out attention softmax(q k^T / sqrt(d_h) + mask) v: what a scheme whose
+#: bias needs a gradient pays on CPU before its own work (SDPA's fused CPU kernel returns no gradient for a
+#: mask, and FlexAttention has no CPU backward), so T5's row reads as this row times the bias's own cost.
+UNFUSED = "nope (unfused attention)"
 
 #: The hooks that force attention off the fused kernel, or add a per-layer term to it.
 _CUSTOM_HOOKS = ("extra_logits", "extra_values", "custom_attention")
@@ -67,15 +71,17 @@ def _eval_forward(model, x):
 
 def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batch_size: int = 16, d_model: int = 128,
                  n_heads: int = 4, n_layers: int = 2, rounds: int = 5, device: str = "cpu", clock: str = "wall") -> Table:
-    """One row per scheme (NoPE first, then its control): kind, params, train ms and / NoPE,
+    """One row per scheme (NoPE first, then its control and NoPE unfused): kind, params, train ms and / NoPE,
     eval tok/s and / NoPE, activation MiB and / NoPE."""
-    schemes = ["nope", CONTROL] + [s for s in (schemes or sorted(SCHEMES)) if s != "nope"]
+    schemes = ["nope", CONTROL, UNFUSED] + [s for s in (schemes or sorted(SCHEMES)) if s != "nope"]
     x, y = _batch(vocab_size, batch_size, seq_len, device)
     models = {}
     for name in schemes:
         torch.manual_seed(0)
-        models[name] = build_model("nope" if name == CONTROL else name, vocab_size, causal=True, max_len=seq_len, d_model=d_model,
-                                   n_heads=n_heads, n_layers=n_layers).to(device)
+        models[name] = build_model("nope" if name in (CONTROL, UNFUSED) else name, vocab_size, causal=True,
+                                   max_len=seq_len, d_model=d_model, n_heads=n_heads, n_layers=n_layers).to(device)
+        if name == UNFUSED:                 # the model's explicit path (the one for schemes that add to the values)
+            models[name].scheme.uses_extra_values = True
     train = interleaved_times({n: train_steps(m.train(), x, y) for n, m in models.items()}, rounds=rounds, device=device,
                               clock=clock)
     evals = interleaved_times({n: _eval_forward(m, x) for n, m in models.items()}, rounds=rounds, device=device,
@@ -84,7 +90,7 @@ def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batc
     for name, model in models.items():
         model.train()
         act = saved_bytes(lambda: lm_loss(model(x), y))
-        row = {"scheme": name, "kind": scheme_kind("nope" if name == CONTROL else name),
+        row = {"scheme": name, "kind": scheme_kind("nope" if name in (CONTROL, UNFUSED) else name),
                "params": sum(p.numel() for p in model.parameters()), "train_ms": 1e3 * min(train[name]),
                "eval_tok_s": batch_size * seq_len / min(evals[name]), "act_MiB": act / 2 ** 20}
         if torch.device(device).type == "cuda":

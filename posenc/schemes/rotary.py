@@ -62,6 +62,7 @@ Which dimensions rotate, and in which layers (scheme options, composable):
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import Tensor
@@ -71,6 +72,8 @@ from ..scheme import PositionContext, Scheme
 from .rope_scaling import ROPE_TYPES, rope_inv_freq
 
 LAYOUTS = ("interleaved", "half")
+#: How `rotate` runs: PyTorch's eager ops, or the half layout fused by torch.compile.
+KERNELS = ("eager", "compiled")
 #: Scalings that change the positions or the base only (chapter 11), and those of `rope_inv_freq`.
 POSITION_SCALINGS = (None, "pi", "ntk")
 SCALINGS = POSITION_SCALINGS + ROPE_TYPES
@@ -152,36 +155,47 @@ def frequency_table(positions: Tensor, theta: Tensor, dtype=torch.float32,
     return cos.to(dtype), sin.to(dtype)
 
 
-def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved") -> Tensor:
-    """R_m x for x [..., seq, dim] with tables cos, sin [seq, dim/2]; autograd via the inverse rotation."""
+def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved", *, kernel: str = "eager") -> Tensor:
+    """R_m x for x [..., seq, dim] with tables cos, sin [seq, dim/2]; autograd via the inverse rotation.
+
+    kernel: "eager" (PyTorch ops; the half layout costs about three passes over x) or
+    "compiled" (the half layout's rotation fused by `torch.compile` into one pass that reads
+    x once and writes y once, forward and backward; compiled once per shape and dtype, with
+    a warning and the eager kernel where it cannot be compiled). The interleaved layout is one
+    complex multiply already and is eager under both.
+    """
     _check_layout(layout)
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}")
     _check_dim(x.shape[-1], "x.shape[-1] (dim)")
     if cos.shape != sin.shape or cos.shape[-1] * 2 != x.shape[-1] or cos.shape[0] != x.shape[-2]:
         raise ValueError(f"cos/sin must be [seq={x.shape[-2]}, dim/2={x.shape[-1] // 2}]; "
                          f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor; got {x.dtype}")
-    return _Rotate.apply(x, cos, sin, layout)
+    return _Rotate.apply(x, cos, sin, layout, kernel == "compiled" and layout == "half")
 
 
-def rotate_leading(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved") -> Tensor:
+def rotate_leading(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved", *,
+                   kernel: str = "eager") -> Tensor:
     """Partial rotation: R_m on the first r = 2 * cos.shape[-1] dims of x [..., seq, dim], the rest unchanged."""
     r = 2 * cos.shape[-1]
     if r == x.shape[-1]:
-        return rotate(x, cos, sin, layout)
+        return rotate(x, cos, sin, layout, kernel=kernel)
     if r > x.shape[-1]:
         raise ValueError(f"cos/sin rotate {r} dims but x has only x.shape[-1]={x.shape[-1]}")
-    return torch.cat([rotate(x[..., :r], cos, sin, layout), x[..., r:]], -1)
+    return torch.cat([rotate(x[..., :r], cos, sin, layout, kernel=kernel), x[..., r:]], -1)
 
 
 def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved", *,
-               rotary_fraction: float = 1.0, p: float = 1.0) -> Tensor:
+               rotary_fraction: float = 1.0, p: float = 1.0, kernel: str = "eager") -> Tensor:
     """Rotate x [..., seq, dim] by the angles positions[t] * theta_i (contract).
 
     positions: [seq], long or float (fractional positions are fine, e.g. for interpolation).
     layout: "interleaved" (RoFormer) or "half" (GPT-NeoX/LLaMA). Returns x's dtype and shape.
     rotary_fraction: rotate only the first round(rotary_fraction * dim) dims (GPT-NeoX, Phi).
     p: p-RoPE, the fraction of frequency pairs (highest first) that rotate; the others do not.
+    kernel: "eager" or "compiled" (the half layout fused by `torch.compile`; see `rotate`).
     """
     _check_layout(layout)
     if not isinstance(x, Tensor) or x.dim() < 2:
@@ -192,7 +206,7 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str 
         raise ValueError(f"positions must have length seq={x.shape[-2]} (x.shape[-2]); got {positions.shape[0]}")
     r = rotated_dims(x.shape[-1], rotary_fraction)
     cos, sin = rope_table(positions.to(x.device), r, base, _compute_dtype(x.dtype), p)
-    return rotate_leading(x, cos, sin, layout)
+    return rotate_leading(x, cos, sin, layout, kernel=kernel)
 
 
 # -- the rotation and its autograd ----------------------------------------------------
@@ -204,15 +218,17 @@ class _Rotate(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, cos, sin, layout):
+    def forward(ctx, x, cos, sin, layout, fused):
         ctx.save_for_backward(cos, sin)
-        ctx.layout = layout
-        return _rotate(x, cos, sin, layout, inverse=False)
+        ctx.layout, ctx.fused = layout, fused
+        return _rotate_half_fused(x, cos, sin) if fused else _rotate(x, cos, sin, layout, inverse=False)
 
     @staticmethod
     def backward(ctx, grad):
         cos, sin = ctx.saved_tensors
-        return _rotate(grad, cos, sin, ctx.layout, inverse=True), None, None, None
+        if ctx.fused:
+            return _rotate_half_fused(grad.contiguous(), cos, -sin), None, None, None, None
+        return _rotate(grad, cos, sin, ctx.layout, inverse=True), None, None, None, None
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, inverse: bool) -> Tensor:
@@ -231,6 +247,33 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, inverse: bool) -> 
     out[..., 1, :].addcmul_(xv[..., 0, :], s)                          # x2 cos + x1 sin
     out = out.flatten(-2)                                              # (..., T, d)
     return out.to(x.dtype)
+
+
+def _half_rotation(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """(x_1 cos - x_2 sin, x_2 cos + x_1 sin) for the halves x = (x_1, x_2): one expression for the compiler."""
+    wide = _compute_dtype(x.dtype)
+    h = x.shape[-1] // 2
+    x1, x2, c, s = x[..., :h].to(wide), x[..., h:].to(wide), cos.to(wide), sin.to(wide)
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1).to(x.dtype)
+
+
+def _rotate_half_fused(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """`_half_rotation` compiled once per process (one pass over x); eager, with one warning, where it cannot be."""
+    global _FUSED_HALF
+    if _FUSED_HALF is None:
+        _FUSED_HALF = torch.compile(_half_rotation, dynamic=False)
+    try:
+        return _FUSED_HALF(x, cos, sin)
+    except Exception as err:  # noqa: BLE001  (torch.compile raises many kinds; the eager call re-raises real errors)
+        if _FUSED_HALF is _half_rotation:
+            raise
+        warnings.warn(f"the fused RoPE kernel could not be compiled ({type(err).__name__}: {err}); "
+                      f"using the eager one", RuntimeWarning, stacklevel=3)
+        _FUSED_HALF = _half_rotation
+        return _half_rotation(x, cos, sin)
+
+
+_FUSED_HALF = None
 
 
 def _as_complex(x: Tensor) -> Tensor:
