@@ -242,8 +242,9 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
         scaler.step(opt)
         scaler.update()
         sched.step()
-        window.append(loss.item())
+        window.append(loss.detach())                    # read at the next log: no host sync inside the step
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            window = [float(v) for v in window]
             result.history.append({"step": step + 1, "loss": sum(window) / len(window),
                                    "lr": opt.param_groups[0]["lr"]})
             bar.set_postfix(loss=f"{result.history[-1]['loss']:.3f}")
@@ -258,7 +259,7 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
 
 def save_checkpoint(path, step, history, model, opt, sched, scaler, cfg, window=()) -> None:
     """Everything needed to continue bit-identically, and the settings it was made with; written atomically."""
-    state = {"step": step, "history": history, "window": list(window), "model": model.state_dict(),
+    state = {"step": step, "history": history, "window": [float(v) for v in window], "model": model.state_dict(),
              "opt": opt.state_dict(), "sched": sched.state_dict(), "scaler": scaler.state_dict(),
              "config": {f: getattr(cfg, f) for f in RESUME_FIELDS}, "model_class": _model_name(model),
              "rng": torch.get_rng_state(),
