@@ -3,6 +3,7 @@
 #
 #   device run:  bash scripts/gpu_window.sh            (DEADLINE=540 WORKERS=8 by default)
 #   back here:   tar xzf <files_at>/full_store.tgz && git add results/full && git commit
+#   time left:   bash scripts/gpu_costs.sh            (the CUDA cost table, results/bench/cuda.json)
 #
 # The runner takes the missing `full` runs of every chapter in priority order, stores each
 # the moment it ends, and stops cleanly at the deadline (a run in flight is abandoned and

@@ -61,6 +61,41 @@ def test_rope_benchmark_compares_like_with_like():
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+TINY = dict(d_model=16, n_heads=2, n_layers=1, batch_size=2)
+
+
+def test_gpu_cost_table_code_runs_at_small_sizes_on_cpu():
+    """The CUDA cost table's three tables, at CPU sizes: rows, reference columns and ratios to NoPE."""
+    from posenc.bench.gpu import bias_backend_costs, gpu_scheme_costs, rope_llama_times
+    costs = gpu_scheme_costs(["alibi", "t5"], seq_lens=(16, 32), sizes=TINY, rounds=1, device="cpu", dtype=None)
+    assert costs.column("scheme") == ["nope", "nope (control)", "alibi", "t5"] * 2
+    assert costs.column("seq") == [16] * 4 + [32] * 4
+    assert all(r["train/nope"] == 1 for r in costs.where(scheme="nope")) and all(r["train_ms"] > 0 for r in costs)
+    rope = rope_llama_times(seq_lens=(16,), heads=2, head_dim=8, rounds=1, device="cpu", dtype=torch.bfloat16)
+    assert rope.where(candidate="floor: x * c")[0]["vs_floor"] == 1
+    assert rope.where(candidate="ours half, compiled")[0]["vs_reference"] > 0
+    bias = bias_backend_costs(("t5",), seq_lens=(16,), sizes=TINY, backends=("sdpa",), rounds=1, device="cpu",
+                              dtype=None)
+    assert bias.column("scheme") == ["nope", "t5 sdpa"]
+
+
+def test_rope_candidates_agree_in_bf16():
+    """At the cost table's dtype every layout still returns what its reference returns (to bf16 rounding)."""
+    from posenc.bench.kernels import ROPE_REFERENCE, rope_candidates
+    fns = rope_candidates(seq=16, dim=8, dtype=torch.bfloat16)
+    q, k = (torch.randn(2, 3, 16, 8).bfloat16() for _ in range(2))
+    for ours, ref in ROPE_REFERENCE.items():
+        for a, b in zip(fns[ours](q, k), fns[ref](q, k)):
+            assert a.dtype == torch.bfloat16
+            torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_gpu_section_is_skipped_on_cpu(capsys):
+    from posenc.bench.__main__ import run_sections
+    assert run_sections(["gpu"], "cpu", 16, 1, "wall") == {}
+    assert "skipped (a CUDA benchmark)" in capsys.readouterr().out
+
+
 def test_save_writes_a_new_file_and_merges_sections_of_the_same_machine(tmp_path):
     from posenc.bench.__main__ import save
     path = tmp_path / "new" / "bench.json"

@@ -8,7 +8,8 @@ Sections: schemes (every registered scheme / NoPE: train step, eval tokens/s,
 activation memory), xt (our model / x-transformers' at the same sizes and scheme),
 rope (apply_rope forward+backward / references and a memory-bound floor), bias (T5 and
 ALiBi bias construction / references), memory (DeBERTa gather vs naive peak, Shaw
-gather vs naive saved activations). Ratios are the result; absolute times depend on
+gather vs naive saved activations), gpu (the CUDA cost table, `posenc.bench.gpu`; CUDA
+only). Ratios are the result; absolute times depend on
 the machine named in the first line.
 """
 from __future__ import annotations
@@ -21,16 +22,18 @@ from pathlib import Path
 import torch
 
 from .costs import shaw_memory_table
+from .gpu import bias_backend_costs, gpu_scheme_costs, rope_llama_times
 from .kernels import bias_times, rope_times
 from .memory import deberta_memory
 from .schemes import scheme_costs, xtransformers_costs
 from .timing import machine
 
-SECTIONS = ("schemes", "xt", "rope", "bias", "memory")
+SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu")
 
 
-def run_sections(only, device: str, seq_len: int, rounds: int, clock: str) -> dict:
-    """{section title: Table} for the requested sections, printing each as it is done."""
+def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=None) -> dict:
+    """{section title: Table} for the requested sections, printing each as it is done and passing the
+    sections so far to `done` (so that a run cut short keeps what it finished)."""
     sizes = dict(seq_len=seq_len, d_model=128, n_heads=4, n_layers=2, batch_size=16, rounds=rounds, device=device,
                  clock=clock)
     how = f"best of {rounds}, {clock} time"
@@ -44,6 +47,11 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str) -> di
         "bias": ("building a [8, 1024, 1024] bias, median of 20", lambda: bias_times()),
         "memory": ("DeBERTa c2p+p2c peak, gather vs naive (1 head, d_h 64, k 256); Shaw saved bytes",
                    lambda: {"deberta": deberta_memory(device=device), "shaw": shaw_memory_table([128, 256, 512, 1024])}),
+        "gpu": ("the CUDA cost table (bf16): schemes at d=512, 8 heads, 4 layers, batch 8, seq 1024 and 4096; "
+                "RoPE at LLaMA's [1, 32, n, 128], n = 2048 and 16384; ALiBi and T5 through FlexAttention or the "
+                "[H, n, n] bias, batch 1, n = 4096 and 16384",
+                lambda: {"schemes": gpu_scheme_costs(device=device), "rope": rope_llama_times(device=device),
+                         "bias": bias_backend_costs(device=device)}),
     }
     out = {}
     for name in only:
@@ -51,12 +59,17 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str) -> di
         if name in ("rope", "bias") and device != "cpu":
             print(f"\n== {name}: skipped (a CPU benchmark)")
             continue
+        if name == "gpu" and torch.device(device).type != "cuda":
+            print(f"\n== {name}: skipped (a CUDA benchmark)")
+            continue
         print(f"\n== {title}", flush=True)
         result = job()
         for sub, table in (result.items() if isinstance(result, dict) else [(None, result)]):
             print(f"-- {sub}" if sub else "", table.round(3), sep="\n" if sub else "", flush=True)
         out[name] = {"title": title, "rows": {k: list(v) for k, v in result.items()} if isinstance(result, dict)
                      else list(result)}
+        if done is not None:
+            done(out)
     return out
 
 
@@ -85,10 +98,8 @@ def main(argv=None) -> dict:
         a.clock = "cpu" if a.device == "cpu" and torch.get_num_threads() == 1 else "wall"
     where = machine(a.device)
     print(where)
-    out = {"machine": where, "sections": run_sections(a.only, a.device, a.seq_len, a.rounds, a.clock)}
-    if a.save:
-        save(out, a.save)
-    return out
+    keep = (lambda sections: save({"machine": where, "sections": dict(sections)}, a.save)) if a.save else None
+    return {"machine": where, "sections": run_sections(a.only, a.device, a.seq_len, a.rounds, a.clock, keep)}
 
 
 def check_writable(path: Path) -> str | None:

@@ -20,19 +20,23 @@ ROPE_REFERENCE = {"ours half": "transformers LLaMA (half)", "ours half, compiled
                   "ours interleaved": "rotary-embedding-torch (interleaved)"}
 
 
-def rope_candidates(seq: int, dim: int) -> dict:
-    """name -> fn(q, k) returning the rotated pair; cos/sin tables built once, as a model does per forward."""
+def rope_candidates(seq: int, dim: int, *, device="cpu", dtype=torch.float32) -> dict:
+    """name -> fn(q, k) returning the rotated pair; cos/sin tables built once, as a model does per forward.
+
+    Each reference gets its tables as its library builds them: LLaMA's cos/sin in the inputs' dtype
+    (`LlamaRotaryEmbedding` casts them), ours in float32 (the rotation runs in float32 at least).
+    """
     from rotary_embedding_torch import apply_rotary_emb
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     from ..rotary import rope_frequencies, rope_table, rotate
-    pos = torch.arange(seq)
+    pos = torch.arange(seq, device=device)
     cos, sin = rope_table(pos, dim)                                      # (T, d/2) float32
-    freqs = pos[:, None].float() * rope_frequencies(dim).float()         # (T, d/2)
-    llama_cos = torch.cat([freqs, freqs], -1).cos()[None]                # (1, T, d) as LlamaRotaryEmbedding
-    llama_sin = torch.cat([freqs, freqs], -1).sin()[None]
+    freqs = pos[:, None].float() * rope_frequencies(dim, device=device).float()   # (T, d/2)
+    llama_cos = torch.cat([freqs, freqs], -1).cos()[None].to(dtype)      # (1, T, d) as LlamaRotaryEmbedding
+    llama_sin = torch.cat([freqs, freqs], -1).sin()[None].to(dtype)
     ret_freqs = freqs.repeat_interleave(2, -1)                           # (T, d) as RotaryEmbedding.forward
-    floor_c = torch.randn(seq, dim)
+    floor_c = torch.randn(seq, dim, device=device, dtype=dtype)
     return {
         "ours half": lambda q, k: (rotate(q, cos, sin, "half"), rotate(k, cos, sin, "half")),
         "ours half, compiled": lambda q, k: (rotate(q, cos, sin, "half", kernel="compiled"),

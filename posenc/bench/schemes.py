@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from .costs import saved_bytes, train_steps
+from .gpu import peak_bytes
 from ..model import build_model
 from ..scheme import SCHEMES
 from ..scheme import Scheme
@@ -94,7 +95,7 @@ def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batc
                "params": sum(p.numel() for p in model.parameters()), "train_ms": 1e3 * min(train[name]),
                "eval_tok_s": batch_size * seq_len / min(evals[name]), "act_MiB": act / 2 ** 20}
         if torch.device(device).type == "cuda":
-            row["peak_MiB"] = _cuda_peak(train_steps(model, x, y), device) / 2 ** 20
+            row["peak_MiB"] = peak_bytes(train_steps(model, x, y), device) / 2 ** 20
         rows.append(row)
     base = rows[0]
     for row in rows:
@@ -104,16 +105,6 @@ def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batc
         if "peak_MiB" in row:
             row["peak/nope"] = row["peak_MiB"] / base["peak_MiB"]
     return rows
-
-
-def _cuda_peak(step, device) -> int:
-    step()                                                     # optimizer state exists before the measured step
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    base = torch.cuda.memory_allocated(device)
-    step()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - base
 
 
 def xtransformers_model(name: str, vocab_size: int, *, seq_len: int, d_model: int, n_heads: int, n_layers: int,

@@ -1,0 +1,145 @@
+"""The CUDA cost table: every scheme at a GPU-sized model, RoPE at LLaMA's shapes, bias schemes with and
+without a materialised [heads, n, n] bias.
+
+    python -m posenc.bench --only gpu --save results/bench/cuda.json     # on a CUDA machine
+
+Three tables, each timed in one process, in turns, as every benchmark here:
+
+* `gpu_scheme_costs`: one training step (forward, loss, backward, AdamW) under bf16 autocast of every
+  scheme against NoPE, and the allocator's peak memory over the step, at d = 512, 8 heads, 4 layers,
+  sequences of 1024 and 4096 tokens (`GPU_MODEL`, `GPU_SEQ_LENS`);
+* `rope_llama_times`: `rotate` forward + backward in both layouts (and the half layout's compiled kernel)
+  against transformers' LLaMA `apply_rotary_pos_emb` and the memory-bound floor y = x * c, on bf16 q, k of
+  LLaMA-7B's attention shape [1, 32, n, 128] at n = 2048 and 16384 (`LLAMA_ROPE`). Liger-Kernel reports
+  its fused RoPE 4.3x faster than transformers' at 2k and 10x at 16k; the goal here is within 1.5x of the
+  floor;
+* `bias_backend_costs`: ALiBi and T5 with the bias computed inside FlexAttention (`attention_backend =
+  "flex"`) against the same model with the [H, n, n] tensor (`"sdpa"`) and against NoPE: training-step
+  time and peak memory at n = 4096 and 16384 (`FLEX_SEQ_LENS`, batch 1). The goal: a bias scheme within
+  1.1x of NoPE's peak memory.
+
+Every function also runs on CPU at small sizes (that is how the tests check it); the sizes above are
+for a GPU.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..model import build_model, lm_loss
+from ..table import Table
+from .kernels import FLOOR, ROPE_REFERENCE, rope_candidates
+from .timing import interleaved_times
+
+#: The GPU-sized model of the cost table, and its sequence lengths.
+GPU_MODEL = dict(d_model=512, n_heads=8, n_layers=4, batch_size=8)
+GPU_SEQ_LENS = (1024, 4096)
+#: LLaMA-7B's attention: 32 heads of 128 dims, one sequence.
+LLAMA_ROPE = dict(batch=1, heads=32, head_dim=128, seq_lens=(2048, 16384))
+#: Sequence lengths of the FlexAttention memory comparison (batch 1).
+FLEX_SEQ_LENS = (4096, 16384)
+VOCAB = 256
+
+
+def autocast_steps(model, x, y, dtype):
+    """A callable doing one training step under autocast to `dtype` (None: full precision)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    kind = x.device.type
+
+    def run():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(kind, dtype=dtype, enabled=dtype is not None):
+            loss = lm_loss(model(x), y)
+        loss.backward()
+        opt.step()
+    return run
+
+
+def peak_bytes(step, device) -> int:
+    """The allocator's peak over one call of `step` beyond what was allocated before it (CUDA), else 0."""
+    if torch.device(device).type != "cuda":
+        return 0
+    step()                                                    # optimizer state exists before the measured call
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    step()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - base
+
+
+def _models(names, seq_len, sizes, device, backend=None):
+    out = {}
+    for label, scheme in names.items():
+        torch.manual_seed(0)
+        model = build_model(scheme, VOCAB, causal=True, max_len=seq_len, d_model=sizes["d_model"],
+                            n_heads=sizes["n_heads"], n_layers=sizes["n_layers"]).to(device).train()
+        if backend is not None:
+            model.attention_backend = backend.get(label, "auto")
+        out[label] = model
+    return out
+
+
+def _ratios(models, seq_len, batch_size, device, dtype, rounds) -> Table:
+    g = torch.Generator().manual_seed(0)
+    x, y = (torch.randint(0, VOCAB, (batch_size, seq_len), generator=g).to(device) for _ in range(2))
+    steps = {n: autocast_steps(m, x, y, dtype) for n, m in models.items()}
+    times = {n: min(t) for n, t in interleaved_times(steps, rounds=rounds, device=device).items()}
+    peaks = {n: peak_bytes(s, device) for n, s in steps.items()}
+    first = next(iter(models))
+    return Table({"scheme": n, "seq": seq_len, "train_ms": 1e3 * times[n], "train/nope": times[n] / times[first],
+                  "peak_MiB": peaks[n] / 2 ** 20,
+                  "peak/nope": peaks[n] / peaks[first] if peaks[first] else None} for n in models)
+
+
+def gpu_scheme_costs(schemes=None, *, seq_lens=GPU_SEQ_LENS, sizes=GPU_MODEL, rounds: int = 5,
+                     device: str = "cuda", dtype=torch.bfloat16) -> Table:
+    """Rows {scheme, seq, train_ms, train/nope, peak_MiB, peak/nope}: one training step of each scheme
+    (NoPE first, then a second NoPE model as the noise control) under autocast to `dtype`."""
+    from ..scheme import SCHEMES
+    names = {"nope": "nope", "nope (control)": "nope",
+             **{s: s for s in (schemes or sorted(SCHEMES)) if s != "nope"}}
+    rows = Table()
+    for n in seq_lens:
+        rows.extend(_ratios(_models(names, n, sizes, device), n, sizes["batch_size"], device, dtype, rounds))
+    return rows
+
+
+def rope_llama_times(*, seq_lens=LLAMA_ROPE["seq_lens"], heads: int = LLAMA_ROPE["heads"],
+                     head_dim: int = LLAMA_ROPE["head_dim"], batch: int = LLAMA_ROPE["batch"], rounds: int = 20,
+                     device: str = "cuda", dtype=torch.bfloat16) -> Table:
+    """Rows {seq, candidate, ms, vs_floor, vs_reference}: forward + backward of q and k [batch, heads, seq, head_dim]."""
+    rows = Table()
+    for n in seq_lens:
+        shape = (batch, heads, n, head_dim)
+        q, k = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+        gq, gk = (torch.randn(shape, device=device, dtype=dtype) for _ in range(2))
+        fns = rope_candidates(n, head_dim, device=device, dtype=dtype)
+
+        def fwd_bwd(fn):
+            def call():
+                q.grad = k.grad = None
+                torch.autograd.backward(list(fn(q, k)), [gq, gk])
+            return call
+        best = {c: min(t) for c, t in interleaved_times({c: fwd_bwd(f) for c, f in fns.items()}, rounds=rounds,
+                                                         warmup=3, device=device).items()}
+        rows.extend({"seq": n, "candidate": c, "ms": 1e3 * s, "vs_floor": s / best[FLOOR],
+                     "vs_reference": s / best[ROPE_REFERENCE[c]] if c in ROPE_REFERENCE else None}
+                    for c, s in best.items())
+    return rows
+
+
+def bias_backend_costs(schemes=("alibi", "t5"), *, seq_lens=FLEX_SEQ_LENS, sizes=GPU_MODEL, batch_size: int = 1,
+                       backends=("flex", "sdpa"), rounds: int = 5, device: str = "cuda",
+                       dtype=torch.bfloat16) -> Table:
+    """Rows {scheme, seq, train_ms, train/nope, peak_MiB, peak/nope}: NoPE, then each bias scheme with its bias
+    inside FlexAttention ("<scheme> flex") and as the [H, n, n] tensor ("<scheme> sdpa")."""
+    names = {"nope": "nope"}
+    backend = {}
+    for s in schemes:
+        for b in backends:
+            names[f"{s} {b}"] = s
+            backend[f"{s} {b}"] = b
+    rows = Table()
+    for n in seq_lens:
+        rows.extend(_ratios(_models(names, n, sizes, device, backend), n, batch_size, device, dtype, rounds))
+    return rows
