@@ -182,6 +182,16 @@ def verdict_table(results: dict) -> Table:
 
 
 # -- the comparison: length generalisation and the book's findings -------------------------------
+def checks_table(checks: dict) -> Table:
+    """{observation: bool} -> rows {holds, observation}: what a chapter's runs show, on means over seeds with
+    fixed thresholds (a task learned, a model that ran). Checks of the experiment, not verdicts on a claim:
+    those are judged by the one rule (`verdict`, `posenc.record_claim`)."""
+    bad = [k for k, v in checks.items() if type(v).__name__ not in ("bool", "bool_")]   # Python or numpy bool
+    if bad:
+        raise TypeError(f"checks must map each observation to a bool; got non-bool values for {bad}")
+    return Table({"holds": "yes" if ok else "no", "observation": text} for text, ok in checks.items())
+
+
 def beyond_scores(rows: Table, *, threshold: float = 0.9) -> tuple[dict, dict]:
     """Scores of each scheme beyond the training length, per task, from the comparison's rows.
 
@@ -213,13 +223,14 @@ def mean_reciprocal_rank(scores: dict, lower_is_better=("lm",)) -> Table:
                           "MRR": mean(1 / ranks[t][s] for t in scores)} for s in schemes), key=lambda r: -r["MRR"]))
 
 
-def findings(rows: Table, costs: Table | None = None) -> Table:
+def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9) -> Table:
     """The book's summary, one row per scheme: language-model loss at L and its ratio at 8L (means over
-    seeds with 95% bootstrap intervals), the length-generalisation MRR, and the training-step time and
-    memory against NoPE from the cost benchmark (`costs`: rows with scheme, train/nope, act/nope)."""
+    seeds with 95% bootstrap intervals), the length-generalisation MRR (over the tasks some scheme learns to
+    `threshold` at L, `beyond_scores`), and the training-step time and memory against NoPE from the cost
+    benchmark (`costs`: rows with scheme, train/nope, act/nope)."""
     rows = Table(rows)
     lm = rows.where(task="lm")
-    mrr = {r["scheme"]: r["MRR"] for r in mean_reciprocal_rank(beyond_scores(rows)[0])}
+    mrr = {r["scheme"]: r["MRR"] for r in mean_reciprocal_rank(beyond_scores(rows, threshold=threshold)[0])}
     cost = {r["scheme"]: r for r in (costs or [])}
     out = Table()
     for s in dict.fromkeys(rows.column("scheme")):
@@ -247,7 +258,8 @@ def findings_summary(table: Table) -> str:
     nope_rank = [r["scheme"] for r in by_mrr].index("nope") + 1 if any(r["scheme"] == "nope" for r in rows) else None
     text = (f"At the training length the best language models are {best[0]['scheme']} and {best[1]['scheme']} "
             f"({num(best[0], 'bpc at L'):.3f} and {num(best[1], 'bpc at L'):.3f} bits per character). "
-            f"From L to 8L, {', '.join(flat) or 'no scheme'} stay within 1% of their loss at L, while "
+            f"From L to 8L, {', '.join(flat) or 'no scheme'} {'stays' if len(flat) < 2 else 'stay'} within 1% of "
+            f"{'its' if len(flat) < 2 else 'their'} loss at L, while "
             f"{worst['scheme']} degrades most ({num(worst, '8L / L'):.2f}x). "
             f"On length generalisation (mean reciprocal rank over the tasks some scheme learned) "
             f"{by_mrr[0]['scheme']} ranks first")

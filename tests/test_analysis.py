@@ -150,3 +150,13 @@ def test_head_analysis_bad_input():
         offset_profile(torch.zeros(1, 5, 5), 5)
     with pytest.raises(ValueError, match="profile"):
         head_kind([0.5, 0.5])
+
+
+def test_checks_table_says_yes_or_no_and_refuses_non_bools():
+    import numpy as np
+    from posenc.analysis import checks_table
+    table = checks_table({"a task is learned": True, "a model ran": np.bool_(False)})
+    assert table.column("holds") == ["yes", "no"]
+    assert table.column("observation") == ["a task is learned", "a model ran"]
+    with pytest.raises(TypeError, match="non-bool values for \\['accuracy'\\]"):
+        checks_table({"accuracy": 0.93})
