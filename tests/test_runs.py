@@ -266,4 +266,6 @@ def test_the_runner_plans_again_after_a_pass_for_runs_declared_from_the_store(tm
     assert runner.main(["--profile", "ci", "--chapters", "99_staged", "--workers", "1", "--quiet"]) == 0
     store = Store("ci")
     assert store.get(first) is not None and store.get(second) is not None
-    assert capsys.readouterr().out.count("runs stored") == 2                  # two passes, one call
+    out = capsys.readouterr().out
+    assert out.count("runs stored") == 2                                      # two passes, one call
+    assert out.count(f"{first.train['steps']} training steps in this pass") == 2   # one run per pass

@@ -107,10 +107,14 @@ def main(argv=None) -> int:
         left = None if args.deadline is None else args.deadline - (time.monotonic() - t0)
         if left is not None and left <= 0:
             break
+        t_pass = time.monotonic()
         out = run_specs([s for _, s in todo], store, workers=workers, device=args.device, deadline=left,
                         progress=not args.quiet, desc=f"{args.profile} runs")
+        finished = set(out["done"])                       # the aggregate throughput of this pass, every worker
+        steps = sum(s.train["steps"] for _, s in todo if s.key in finished)
         print(f"{len(out['done'])} runs stored, {len(out['failed'])} failed, {len(out['abandoned'])} left for the "
-              f"next call; {time.monotonic() - t0:.0f} s with {workers} workers")
+              f"next call; {time.monotonic() - t0:.0f} s with {workers} workers; {steps} training steps in this "
+              f"pass, {steps / max(time.monotonic() - t_pass, 1e-9):.1f} steps/s in all")
         for key, error in out["failed"].items():
             print(f"  failed {key}: {error}", file=sys.stderr)
         failed |= bool(out["failed"])
