@@ -4,9 +4,10 @@
     >>> model = posenc.build_model("nope", vocab_size=32, causal=True)
     >>> logits = model(tokens)          # tokens [batch, seq] -> [batch, seq, vocab]
 
-Layers, imported one way, down: `scheme` (the hooks and the registry) <- `schemes/`
-(one module per family, registered on import) <- `attention`, `model` <- `tasks/`,
-`vision/` <- `runs/` (spec, store, training, runner), `analysis`, `plots`, `bench/`.
+Layers, imported one way, down: `compiled` (torch.compile with an eager fallback) and `scheme`
+(the hooks and the registry) <- `schemes/` (one module per family, registered on import) <-
+`attention`, `model` <- `tasks/`, `vision/` <- `runs/` (spec, store, training, runner),
+`analysis`, `plots`, `bench/`.
 """
 import sys as _sys
 

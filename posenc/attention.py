@@ -16,12 +16,12 @@ chose FlexAttention for a bias scheme (`PositionContext.score_mod`, see
 """
 from __future__ import annotations
 
-import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .compiled import CompiledOrEager
 from .scheme import PositionContext, Scheme
 
 
@@ -74,22 +74,15 @@ class Attention(nn.Module):
 def flex_attention(q, k, v, *, score_mod, block_mask, scale):
     """PyTorch's FlexAttention, compiled once per process into its fused kernel. Where it cannot be
     compiled (a CPU machine without a C++ compiler, say) it warns once and uses the eager kernel."""
-    global _FLEX
+    return _FLEX(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+def _eager_flex():
     from torch.nn.attention.flex_attention import flex_attention as eager
-    if _FLEX is None:
-        _FLEX = torch.compile(eager, dynamic=False)
-    try:
-        return _FLEX(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    except Exception as err:  # noqa: BLE001  (torch.compile raises many kinds; the eager call re-raises real errors)
-        if _FLEX is eager:
-            raise
-        warnings.warn(f"FlexAttention could not be compiled ({type(err).__name__}: {err}); using its eager kernel",
-                      RuntimeWarning, stacklevel=2)
-        _FLEX = eager
-        return eager(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return eager
 
 
-_FLEX = None
+_FLEX = CompiledOrEager(_eager_flex, "FlexAttention")
 
 
 def causal_block_mask(q_len: int, k_len: int, device):

@@ -69,7 +69,7 @@ def test_flex_falls_back_to_the_eager_kernel_when_it_cannot_compile(monkeypatch)
     def compiled_but_fails(*args, **kwargs):               # what torch.compile gives without a C++ compiler
         raise RuntimeError("no C++ compiler")
 
-    monkeypatch.setattr(attention, "_FLEX", compiled_but_fails)
+    monkeypatch.setattr(attention._FLEX, "kernel", compiled_but_fails)
     model, x = _model("alibi", True), torch.randint(0, 30, (2, 12))
     with torch.no_grad():
         model.attention_backend = "sdpa"

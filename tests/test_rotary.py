@@ -180,7 +180,7 @@ def test_compiled_kernel_falls_back_with_a_warning_and_checks_its_name(monkeypat
     def compiled_but_fails(*args, **kwargs):               # what torch.compile gives without a C++ compiler
         raise RuntimeError("no C++ compiler")
 
-    monkeypatch.setattr(rotary, "_FUSED_HALF", compiled_but_fails)
+    monkeypatch.setattr(rotary._FUSED_HALF, "kernel", compiled_but_fails)
     x, pos = torch.randn(2, 6, 8), torch.arange(6)
     with pytest.warns(RuntimeWarning, match="could not be compiled"):
         got = apply_rope(x, pos, layout="half", kernel="compiled")

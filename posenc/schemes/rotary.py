@@ -62,11 +62,11 @@ Which dimensions rotate, and in which layers (scheme options, composable):
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 from torch import Tensor
 
+from ..compiled import CompiledOrEager
 from ..scheme import register
 from ..scheme import PositionContext, Scheme
 from .rope_scaling import ROPE_TYPES, rope_inv_freq
@@ -259,21 +259,10 @@ def _half_rotation(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def _rotate_half_fused(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """`_half_rotation` compiled once per process (one pass over x); eager, with one warning, where it cannot be."""
-    global _FUSED_HALF
-    if _FUSED_HALF is None:
-        _FUSED_HALF = torch.compile(_half_rotation, dynamic=False)
-    try:
-        return _FUSED_HALF(x, cos, sin)
-    except Exception as err:  # noqa: BLE001  (torch.compile raises many kinds; the eager call re-raises real errors)
-        if _FUSED_HALF is _half_rotation:
-            raise
-        warnings.warn(f"the fused RoPE kernel could not be compiled ({type(err).__name__}: {err}); "
-                      f"using the eager one", RuntimeWarning, stacklevel=3)
-        _FUSED_HALF = _half_rotation
-        return _half_rotation(x, cos, sin)
+    return _FUSED_HALF(x, cos, sin)
 
 
-_FUSED_HALF = None
+_FUSED_HALF = CompiledOrEager(lambda: _half_rotation, "the fused RoPE kernel")
 
 
 def _as_complex(x: Tensor) -> Tensor:
