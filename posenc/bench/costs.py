@@ -35,14 +35,17 @@ def step_time_ratios(schemes, *, vocab_size: int = 64, seq_len: int = 128, batch
     return Table({"scheme": n, "ms_per_step": 1000 * t, "vs_nope": t / times["nope"]} for n, t in times.items())
 
 
-def train_steps(model, x, y, steps: int = 1):
-    """A callable doing `steps` training steps (forward, LM loss, backward, AdamW) on one batch."""
+def train_steps(model, x, y, steps: int = 1, *, dtype=None):
+    """A callable doing `steps` training steps (forward, LM loss, backward, AdamW) on one batch, the forward
+    under autocast to `dtype` (None: full precision)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def run():
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
-            lm_loss(model(x), y).backward()
+            with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+                loss = lm_loss(model(x), y)
+            loss.backward()
             opt.step()
     return run
 

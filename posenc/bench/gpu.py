@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from ..model import build_model, lm_loss
+from ..model import build_model
 from ..table import Table
-from .kernels import FLOOR, ROPE_REFERENCE, rope_candidates
+from .costs import train_steps
+from .kernels import time_rope_candidates
 from .timing import interleaved_times
 
 #: The GPU-sized model of the cost table, and its sequence lengths.
@@ -38,20 +39,6 @@ LLAMA_ROPE = dict(batch=1, heads=32, head_dim=128, seq_lens=(2048, 16384))
 #: Sequence lengths of the FlexAttention memory comparison (batch 1).
 FLEX_SEQ_LENS = (4096, 16384)
 VOCAB = 256
-
-
-def autocast_steps(model, x, y, dtype):
-    """A callable doing one training step under autocast to `dtype` (None: full precision)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    kind = x.device.type
-
-    def run():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(kind, dtype=dtype, enabled=dtype is not None):
-            loss = lm_loss(model(x), y)
-        loss.backward()
-        opt.step()
-    return run
 
 
 def peak_bytes(step, device) -> int:
@@ -82,7 +69,7 @@ def _models(names, seq_len, sizes, device, backend=None):
 def _ratios(models, seq_len, batch_size, device, dtype, rounds) -> Table:
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randint(0, VOCAB, (batch_size, seq_len), generator=g).to(device) for _ in range(2))
-    steps = {n: autocast_steps(m, x, y, dtype) for n, m in models.items()}
+    steps = {n: train_steps(m, x, y, dtype=dtype) for n, m in models.items()}
     times = {n: min(t) for n, t in interleaved_times(steps, rounds=rounds, device=device).items()}
     peaks = {n: peak_bytes(s, device) for n, s in steps.items()}
     first = next(iter(models))
@@ -108,24 +95,8 @@ def rope_llama_times(*, seq_lens=LLAMA_ROPE["seq_lens"], heads: int = LLAMA_ROPE
                      head_dim: int = LLAMA_ROPE["head_dim"], batch: int = LLAMA_ROPE["batch"], rounds: int = 20,
                      device: str = "cuda", dtype=torch.bfloat16) -> Table:
     """Rows {seq, candidate, ms, vs_floor, vs_reference}: forward + backward of q and k [batch, heads, seq, head_dim]."""
-    rows = Table()
-    for n in seq_lens:
-        shape = (batch, heads, n, head_dim)
-        q, k = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
-        gq, gk = (torch.randn(shape, device=device, dtype=dtype) for _ in range(2))
-        fns = rope_candidates(n, head_dim, device=device, dtype=dtype)
-
-        def fwd_bwd(fn):
-            def call():
-                q.grad = k.grad = None
-                torch.autograd.backward(list(fn(q, k)), [gq, gk])
-            return call
-        best = {c: min(t) for c, t in interleaved_times({c: fwd_bwd(f) for c, f in fns.items()}, rounds=rounds,
-                                                         warmup=3, device=device).items()}
-        rows.extend({"seq": n, "candidate": c, "ms": 1e3 * s, "vs_floor": s / best[FLOOR],
-                     "vs_reference": s / best[ROPE_REFERENCE[c]] if c in ROPE_REFERENCE else None}
-                    for c, s in best.items())
-    return rows
+    return Table({"seq": n, **row} for n in seq_lens
+                 for row in time_rope_candidates((batch, heads, n, head_dim), rounds, "wall", device, dtype))
 
 
 def bias_backend_costs(schemes=("alibi", "t5"), *, seq_lens=FLEX_SEQ_LENS, sizes=GPU_MODEL, batch_size: int = 1,

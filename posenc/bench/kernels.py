@@ -56,23 +56,24 @@ def rope_times(shape=(8, 8, 512, 64), *, repeats: int = 30, clock: str = "cpu") 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _rope_times(shape, repeats, clock)
+        return time_rope_candidates(shape, repeats, clock)
     finally:
         torch.set_num_threads(threads)
 
 
-def _rope_times(shape, repeats, clock):
-    q, k = (torch.randn(shape, requires_grad=True) for _ in range(2))
-    gq, gk = torch.randn(shape), torch.randn(shape)
+def time_rope_candidates(shape, repeats, clock, device="cpu", dtype=torch.float32):
+    """The candidates on q, k of `shape` (`device`, `dtype`): rows {candidate, ms, vs_floor, vs_reference}."""
+    q, k = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    gq, gk = (torch.randn(shape, device=device, dtype=dtype) for _ in range(2))
 
     def fwd_bwd(fn):
         def call():
             q.grad = k.grad = None
             torch.autograd.backward(list(fn(q, k)), [gq, gk])
         return call
-    fns = rope_candidates(shape[-2], shape[-1])
+    fns = rope_candidates(shape[-2], shape[-1], device=device, dtype=dtype)
     best = {n: min(t) for n, t in interleaved_times({n: fwd_bwd(f) for n, f in fns.items()},
-                                                    rounds=repeats, warmup=3, clock=clock).items()}
+                                                    rounds=repeats, warmup=3, clock=clock, device=device).items()}
     return Table({"candidate": n, "ms": 1e3 * s, "vs_floor": s / best[FLOOR],
                   "vs_reference": s / best[ROPE_REFERENCE[n]] if n in ROPE_REFERENCE else None}
                  for n, s in best.items())
