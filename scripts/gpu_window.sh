@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared job for a lent GPU window (see the README, "Runs as data"):
 #
-#   device run:  bash scripts/gpu_window.sh            (DEADLINE=540 WORKERS=8 by default)
+#   device run:  bash scripts/gpu_window.sh            (DEADLINE=540 WORKERS=10 by default)
 #   back here:   tar xzf <files_at>/full_store.tgz && git add results/full && git commit
 #   time left:   bash scripts/gpu_costs.sh            (the CUDA cost table, results/bench/cuda.json)
 #
@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
 python3 -m posenc.runs --profile full --dry-run > "$OUT/dry_run_before.txt" 2>&1
-python3 -m posenc.runs --profile full --deadline "${DEADLINE:-540}" --workers "${WORKERS:-8}" 2>&1 | tee "$OUT/runner.log"
+python3 -m posenc.runs --profile full --deadline "${DEADLINE:-540}" --workers "${WORKERS:-10}" 2>&1 | tee "$OUT/runner.log"
 python3 -m posenc.runs --profile full --dry-run > "$OUT/dry_run_after.txt" 2>&1
 tar czf "$OUT/full_store.tgz" results/full
 ls -la "$OUT"

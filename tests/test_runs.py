@@ -162,6 +162,19 @@ def test_the_runner_dry_run_lists_missing_runs_with_an_estimate(tmp_path):
     assert bad.returncode == 2 and "unknown chapters" in bad.stderr
 
 
+def test_the_whole_full_tier_fits_the_designs_h200_window_by_the_measured_cost_model():
+    """design.md: `full` is the whole book within 15 minutes of one H200. The runner's cost model (fitted to
+    the 2026-12-01 H200 window) must fit every declared `full` run, stored or not, in its window."""
+    from posenc.runs.__main__ import WINDOW, estimate_seconds, window_seconds
+    specs = list({s.key: s for name in names() for _, s in plan(name, "full")}.values())
+    wall = window_seconds(specs)
+    assert len(specs) > 400 and wall <= WINDOW["seconds"], f"{len(specs)} runs need ~{wall / 60:.1f} min"
+    # the estimate adds up: one worker takes the sum, and more workers divide it
+    total = sum(estimate_seconds(s, "cuda") for s in specs)
+    assert window_seconds(specs, workers=1) == total and window_seconds(specs, workers=4) == total / 4
+    assert window_seconds([]) == 0.0
+
+
 DEADLINE = """
 import sys, time
 sys.path.insert(0, {tests!r})

@@ -30,9 +30,22 @@ THROUGHPUT = {"cpu": 3e10, "cuda": 2.5e12}
 STEP_OVERHEAD = {"cpu": 0.002, "cuda": 0.01}
 
 
+#: The design's budget for the `full` tier: the whole book within 15 minutes of one H200. The runner's share
+#: of it: 12 minutes (starting the machine takes the rest), with this many worker processes sharing the GPU
+#: (one CPU core each, of its 16). The tier is sized so that the cost model above fits it in this window.
+WINDOW = {"seconds": 720.0, "workers": 10}
+
+
 def estimate_seconds(spec, device: str) -> float:
     """A rough wall time of one run (cost model above), for --dry-run and ordering only."""
     return spec.cost() / THROUGHPUT[device] + spec.train["steps"] * STEP_OVERHEAD[device]
+
+
+def window_seconds(specs, workers: int = WINDOW["workers"]) -> float:
+    """Estimated wall time of `specs` on one H200 shared by `workers` processes: the cost model's total
+    spread over the workers, or the longest run when that is longer (a run is never split)."""
+    times = [estimate_seconds(s, "cuda") for s in specs]
+    return max([sum(times) / workers] + times) if times else 0.0
 
 
 def collect(chapters, profile: str) -> list:
@@ -65,7 +78,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=PROFILES, default="ci")
     parser.add_argument("--chapters", nargs="+", default=None, help=f"default: all ({', '.join(names())})")
-    parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core, 8 per GPU)")
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core, 10 per GPU)")
     parser.add_argument("--deadline", type=float, default=None, help="seconds; then stop, keeping what finished")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dry-run", action="store_true", help="list what is missing and its estimated cost")
@@ -97,6 +110,9 @@ def main(argv=None) -> int:
             for name, seconds in per.items():
                 count = sum(1 for n, _ in todo if n == name)
                 print(f"  {name:<28} {count:>4} runs  ~{seconds / 60:7.1f} min")
+        wall = window_seconds([s for _, s in todo])
+        print(f"one H200 with {WINDOW['workers']} workers: about {wall / 60:.1f} min of wall time "
+              f"(the design's window: {WINDOW['seconds'] / 60:.0f} min)")
         return 0
     if not todo:
         print(f"nothing to run: every {args.profile} run of {len(chapters)} chapters is stored in {store.folder}")

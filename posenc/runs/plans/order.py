@@ -21,7 +21,7 @@ SHARING = {"no phase": {"phase": "zero"},
 @declare("10_complex_order")
 def complex_order(profile: str):
     size = {"ci": dict(length=12, d_model=64, n_layers=1, steps=400, batch_size=32, lr=3e-3, seeds=(0, 1, 2)),
-            "full": dict(length=16, d_model=256, n_layers=1, steps=3000, batch_size=64, lr=1e-3,
+            "full": dict(length=16, d_model=128, n_layers=1, steps=800, batch_size=64, lr=2e-3,
                          seeds=(0, 1, 2))}.get(profile)
     if size is None:
         return []

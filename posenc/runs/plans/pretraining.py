@@ -7,7 +7,7 @@ from . import declare
 SIZES = {
     "ci": dict(steps=1000, batch_size=32, length=16, k=8, d_model=64, n_layers=2, log_every=25, lr=5e-3,
                seeds=(0, 1, 2)),
-    "full": dict(steps=3000, batch_size=64, length=128, k=32, d_model=128, n_layers=4, log_every=50, lr=2e-3,
+    "full": dict(steps=1000, batch_size=32, length=128, k=32, d_model=128, n_layers=4, log_every=50, lr=2e-3,
                  seeds=(0, 1, 2)),
 }
 

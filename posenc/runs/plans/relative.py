@@ -12,8 +12,8 @@ def shaw(profile: str):
     """Shaw et al.'s Tables 2 and 3 on bidirectional kback (L = 16): clipping distance k, keys/values."""
     size = {"ci": dict(steps=300, batch_size=32, d_model=32, n_layers=2, seeds=(0, 1, 2, 3, 4), lm_L=64,
                        lm_steps=300, max_tokens=4096),
-            "full": dict(steps=3000, batch_size=128, d_model=128, n_layers=3, seeds=FULL_SEEDS, lm_L=256,
-                         lm_steps=3000, max_tokens=65536)}.get(profile)
+            "full": dict(steps=800, batch_size=64, d_model=128, n_layers=3, seeds=FULL_SEEDS, lm_L=128,
+                         lm_steps=1000, max_tokens=32768)}.get(profile)
     if size is None:
         return []
     variants = {f"k={k}": dict(max_distance=k) for k in (0, 1, 2, 4, 16)}
@@ -35,7 +35,7 @@ def shaw(profile: str):
 @declare("07_t5")
 def t5(profile: str):
     size = {"ci": dict(L=64, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=4096, seeds=CI_SEEDS),
-            "full": dict(L=256, steps=4000, batch_size=32, d_model=256, n_layers=4, max_tokens=65536,
+            "full": dict(L=128, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=32768,
                          seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []
@@ -50,8 +50,8 @@ def t5(profile: str):
 def relative_comparison(profile: str):
     size = {"ci": dict(L=64, lm_steps=300, lm_batch=16, d_model=64, n_layers=2, max_tokens=4096, task_steps=300,
                        task_batch=32, task_d_model=32, seeds=CI_SEEDS),
-            "full": dict(L=256, lm_steps=4000, lm_batch=32, d_model=256, n_layers=4, max_tokens=65536,
-                         task_steps=3000, task_batch=128, task_d_model=128, seeds=FULL_SEEDS)}.get(profile)
+            "full": dict(L=128, lm_steps=1000, lm_batch=32, d_model=128, n_layers=4, max_tokens=32768,
+                         task_steps=800, task_batch=64, task_d_model=128, seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []
     out = []
@@ -70,7 +70,7 @@ def relative_comparison(profile: str):
 @declare("14_alibi")
 def alibi(profile: str):
     size = {"ci": dict(L=64, steps=300, batch_size=32, d_model=64, n_layers=2, max_tokens=8192, seeds=CI_SEEDS),
-            "full": dict(L=256, steps=6000, batch_size=64, d_model=256, n_layers=4, max_tokens=None,
+            "full": dict(L=128, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=65536,
                          seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []
@@ -86,7 +86,7 @@ def transformer_xl(profile: str):
     layers (Transformer-XL, the scheme's default) and one u, v per layer (XLNet, untie_uv=True), same budget; the
     first per-layer run keeps its weights (the chapter reads its learned u, v)."""
     size = {"ci": dict(segment=32, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=8192, seeds=(0, 1, 2)),
-            "full": dict(segment=128, steps=4000, batch_size=32, d_model=256, n_layers=4, max_tokens=131072,
+            "full": dict(segment=64, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=32768,
                          seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []

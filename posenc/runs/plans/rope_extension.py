@@ -26,8 +26,8 @@ FACTOR = 4
 #: Passkey: L, model and training per profile (ci: the task docstring's learnable setting).
 PASSKEY = {"ci": dict(L=128, d_model=64, n_heads=4, n_layers=2, steps=400, batch_size=32, lr=3e-3, warmup=40,
                       ft_steps=60, ft_batch=8, n_samples=32, seeds=(0, 1, 2)),
-           "full": dict(L=256, d_model=128, n_heads=4, n_layers=4, steps=2000, batch_size=64, lr=1e-3, warmup=200,
-                        ft_steps=200, ft_batch=16, n_samples=128, seeds=(0, 1, 2))}
+           "full": dict(L=256, d_model=128, n_heads=4, n_layers=4, steps=1000, batch_size=32, lr=2e-3, warmup=100,
+                        ft_steps=100, ft_batch=16, n_samples=128, seeds=(0, 1, 2))}
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 #: Randomized positions: M = RANDOM_FACTOR x the longest evaluated length.
 RANDOM_FACTOR = 4

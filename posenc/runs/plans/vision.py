@@ -44,8 +44,8 @@ def vit(profile: str):
     """ViTs with four position schemes at low resolution, moved to high resolution; CNN stems without position."""
     size = {"ci": dict(lo=16, hi=32, patch=4, d_model=32, n_heads=2, n_layers=2, steps=400, ft_steps=40,
                        batch_size=32, lr=3e-3, max_shift=0, seeds=(0, 1, 2)),
-            "full": dict(lo=32, hi=64, patch=4, d_model=128, n_heads=4, n_layers=4, steps=3000, ft_steps=500,
-                         batch_size=128, lr=1e-3, max_shift=1, seeds=(0, 1, 2))}.get(profile)
+            "full": dict(lo=32, hi=64, patch=4, d_model=128, n_heads=4, n_layers=4, steps=1000, ft_steps=200,
+                         batch_size=64, lr=2e-3, max_shift=1, seeds=(0, 1, 2))}.get(profile)
     if size is None:
         return []
     steps = size["steps"]
@@ -70,7 +70,7 @@ def vit(profile: str):
 def data_sweep(profile: str):
     """ViT's inductive-bias claim: the learned table with a patch or a CNN stem, on the first n training digits."""
     size = {"ci": dict(image=24, d_model=32, n_heads=2, n_layers=2, steps=1200, batch_size=32, lr=3e-3),
-            "full": dict(image=32, d_model=128, n_heads=4, n_layers=4, steps=3000, batch_size=128, lr=1e-3)}.get(profile)
+            "full": dict(image=32, d_model=128, n_heads=4, n_layers=4, steps=1000, batch_size=64, lr=2e-3)}.get(profile)
     if size is None:
         return []
 
