@@ -18,5 +18,6 @@ python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch',
 python3 -m posenc.runs --profile full --dry-run > "$OUT/dry_run_before.txt" 2>&1
 python3 -m posenc.runs --profile full --deadline "${DEADLINE:-540}" --workers "${WORKERS:-10}" 2>&1 | tee "$OUT/runner.log"
 python3 -m posenc.runs --profile full --dry-run > "$OUT/dry_run_after.txt" 2>&1
+python3 -m posenc.runs --profile full --fit 2>&1 | tee "$OUT/cost_fit.txt"   # the cost model refitted to this window
 tar czf "$OUT/full_store.tgz" results/full
 ls -la "$OUT"

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import posenc
 from posenc.runs import RunSpec, Store, ensure, missing, run_specs
@@ -160,12 +161,16 @@ def test_the_runner_dry_run_lists_missing_runs_with_an_estimate(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "posenc.runs", "--chapters", "99_nothing"], capture_output=True,
                          text=True, cwd=ROOT)
     assert bad.returncode == 2 and "unknown chapters" in bad.stderr
+    if not torch.cuda.is_available():                 # `full` records are made on a GPU: never by accident here
+        cpu = subprocess.run([sys.executable, "-m", "posenc.runs", "--profile", "full", "--chapters", "07_t5"],
+                             capture_output=True, text=True, env=env, cwd=ROOT)
+        assert cpu.returncode == 2 and "made on a GPU" in cpu.stderr
 
 
 def test_the_whole_full_tier_fits_the_designs_h200_window_by_the_measured_cost_model():
     """design.md: `full` is the whole book within 15 minutes of one H200. The runner's cost model (fitted to
     the 2026-12-01 H200 window) must fit every declared `full` run, stored or not, in its window."""
-    from posenc.runs.__main__ import WINDOW, estimate_seconds, window_seconds
+    from posenc.runs.costs import WINDOW, estimate_seconds, window_seconds
     specs = list({s.key: s for name in names() for _, s in plan(name, "full")}.values())
     wall = window_seconds(specs)
     assert len(specs) > 400 and wall <= WINDOW["seconds"], f"{len(specs)} runs need ~{wall / 60:.1f} min"
@@ -173,6 +178,28 @@ def test_the_whole_full_tier_fits_the_designs_h200_window_by_the_measured_cost_m
     total = sum(estimate_seconds(s, "cuda") for s in specs)
     assert window_seconds(specs, workers=1) == total and window_seconds(specs, workers=4) == total / 4
     assert window_seconds([]) == 0.0
+
+
+def test_the_cost_model_refit_recovers_known_constants_from_timed_records():
+    from posenc.runs.costs import estimate_seconds, fit
+    from posenc.runs.store import Record
+    truth = {"overhead": 0.004, "throughput": 5e11}
+    specs = [tiny(steps=n, seed=s).replace(model={"d_model": d}) for n in (100, 400, 1600) for d in (16, 64)
+             for s in (0, 1)]
+    records = [Record(spec=s.to_dict(), seconds=estimate_seconds(s, "cuda", truth), machine="cuda: H200") for s in specs]
+    records.append(Record(spec=specs[0].to_dict(), seconds=999.0, machine="cpu: x86_64"))   # another device: left out
+    got = fit(records, "cuda")
+    assert got["runs"] == len(specs) and got["median_error"] < 1e-9
+    assert abs(got["overhead"] / truth["overhead"] - 1) < 1e-6 and abs(got["throughput"] / truth["throughput"] - 1) < 1e-6
+    # times that fall as the model grows would need a negative throughput: the fit keeps the step term alone
+    falling = [Record(spec=s.to_dict(), seconds=0.01 * s.train["steps"] - s.cost() / 1e12, machine="cpu: x")
+               for s in specs]
+    got = fit(falling, "cpu")
+    assert got["overhead"] > 0 and got["throughput"] == float("inf")
+    with pytest.raises(ValueError, match="records"):
+        fit(records[:1], "cuda")
+    with pytest.raises(ValueError, match="device"):
+        fit(records, "tpu")
 
 
 DEADLINE = """

@@ -3,6 +3,7 @@
     python -m posenc.runs --profile ci --workers 2            # the whole ci tier
     python -m posenc.runs --profile full --deadline 540       # a GPU window: keep what finishes
     python -m posenc.runs --profile full --dry-run            # what is missing, and its estimated cost
+    python -m posenc.runs --profile full --fit                # the cost model refitted to the stored runs
     torchrun --nproc_per_node 4 -m posenc.runs --profile full # ranks share the specs (i % world == rank)
 
 Runs are ordered by chapter, then seed, then estimated cost, so that within a deadline
@@ -17,35 +18,13 @@ import os
 import sys
 import time
 
+import torch
+
+from .costs import STEP_OVERHEAD, THROUGHPUT, WINDOW, estimate_seconds, fit, window_seconds
 from .ensure import missing
 from .execute import default_workers, run_specs
 from .plans import names, plan
 from .store import PROFILES, Store
-
-#: Sustained multiply-adds per second of one run, to turn `RunSpec.cost` into seconds. CPU: one thread,
-#: fitted to the stored ci records. CUDA: one of several workers sharing an H200, fitted to the
-#: 2026-12-01 window (TUPE/DeBERTa full runs took 35-63 s with five processes on the GPU).
-THROUGHPUT = {"cpu": 3e10, "cuda": 2.5e12}
-#: Fixed seconds per training step (kernel launches and Python), the floor for small models.
-STEP_OVERHEAD = {"cpu": 0.002, "cuda": 0.01}
-
-
-#: The design's budget for the `full` tier: the whole book within 15 minutes of one H200. The runner's share
-#: of it: 12 minutes (starting the machine takes the rest), with this many worker processes sharing the GPU
-#: (one CPU core each, of its 16). The tier is sized so that the cost model above fits it in this window.
-WINDOW = {"seconds": 720.0, "workers": 10}
-
-
-def estimate_seconds(spec, device: str) -> float:
-    """A rough wall time of one run (cost model above), for --dry-run and ordering only."""
-    return spec.cost() / THROUGHPUT[device] + spec.train["steps"] * STEP_OVERHEAD[device]
-
-
-def window_seconds(specs, workers: int = WINDOW["workers"]) -> float:
-    """Estimated wall time of `specs` on one H200 shared by `workers` processes: the cost model's total
-    spread over the workers, or the longest run when that is longer (a run is never split)."""
-    times = [estimate_seconds(s, "cuda") for s in specs]
-    return max([sum(times) / workers] + times) if times else 0.0
 
 
 def collect(chapters, profile: str) -> list:
@@ -73,6 +52,28 @@ def prune(profile: str) -> int:
     return 0
 
 
+def fit_report(profile: str) -> int:
+    """Print the cost model (`posenc.runs.costs`) refitted to the stored runs of `profile`, per device, beside the
+    constants in the code, and the whole tier's H200 window under the refitted CUDA constants."""
+    store = Store(profile)
+    specs = list({s.key: s for name in names() for _, s in plan(name, profile)}.values())
+    records = [r for s in specs if (r := store.get(s)) is not None]
+    for device in THROUGHPUT:
+        try:
+            got = fit(records, device)
+        except ValueError:
+            print(f"{device}: fewer than 2 timed {profile} runs stored")
+            continue
+        print(f"{device}: {got['runs']} runs: {got['overhead'] * 1e3:.2f} ms per step (code: "
+              f"{STEP_OVERHEAD[device] * 1e3:.2f}), {got['throughput']:.3g} multiply-adds/s (code: "
+              f"{THROUGHPUT[device]:.3g}); one run's estimate off by {got['median_error']:.0%} (median)")
+        if device == "cuda":
+            wall = window_seconds(specs, constants=got)
+            print(f"  the whole {profile} tier, {len(specs)} runs, on one H200 with {WINDOW['workers']} workers: "
+                  f"about {wall / 60:.1f} min (the window: {WINDOW['seconds'] / 60:.0f})")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posenc.runs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,6 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dry-run", action="store_true", help="list what is missing and its estimated cost")
     parser.add_argument("--prune", action="store_true", help="delete stored records that no chapter declares")
+    parser.add_argument("--fit", action="store_true", help="refit the cost model to the stored runs")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     chapters = args.chapters or names()
@@ -95,6 +97,8 @@ def main(argv=None) -> int:
         parser.error(f"--deadline must be > 0 seconds; got {args.deadline}")
     if args.prune:
         return prune(args.profile)
+    if args.fit:
+        return fit_report(args.profile)
     todo = collect(chapters, args.profile)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     todo = todo[rank::world]
@@ -117,6 +121,10 @@ def main(argv=None) -> int:
     if not todo:
         print(f"nothing to run: every {args.profile} run of {len(chapters)} chapters is stored in {store.folder}")
         return 0
+    if args.profile == "full" and args.device == "auto" and not torch.cuda.is_available():
+        print("the full profile is made on a GPU (design.md) and this machine has none: nothing run "
+              "(--device cpu runs it here anyway)", file=sys.stderr)
+        return 2
     workers = args.workers or default_workers(args.device)
     t0, failed = time.monotonic(), False
     while todo:

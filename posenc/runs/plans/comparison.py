@@ -18,7 +18,7 @@ SIZES = {
 }
 TASKS = ("lm", "copy", "reverse", "kback", "recall")
 #: The tasks of each profile. `full` keeps the two its model learns within its budget, so that the whole tier
-#: fits one H200 window (`posenc.runs.__main__.WINDOW`). Probed on a CPU at the full size (RoPE, seed 0): at
+#: fits one H200 window (`posenc.runs.costs.WINDOW`). Probed on a CPU at the full size (RoPE, seed 0): at
 #: 800 steps reverse 0.994 and kback 1.000 token accuracy at L; copy 0.65 after 1000 steps and 0.76 after
 #: 2000; recall 0.07 after 2000, at chance. Its LM at 800 steps uses position: bits per character at L, then 8L,
 #: NoPE 3.14, 3.70; learned 2.34, 5.02; RoPE 2.07, 3.68; ALiBi 2.15, 2.12.
