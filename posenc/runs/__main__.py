@@ -40,11 +40,16 @@ def collect(chapters, profile: str) -> list:
     return [(name, spec) for _, name, spec in sorted(out, key=lambda t: t[0])]
 
 
+def declared(profile: str) -> list:
+    """Every spec that some chapter declares for `profile`, once each (chapters share specs)."""
+    return list({spec.key: spec for name in names() for _, spec in plan(name, profile)}.values())
+
+
 def prune(profile: str) -> int:
     """Delete the records (and weights) of `profile` that no chapter's plan declares any more."""
     store = Store(profile)
-    declared = {spec.key for name in names() for _, spec in plan(name, profile)}
-    stale = sorted(store.keys() - declared)
+    declared_keys = {spec.key for spec in declared(profile)}
+    stale = sorted(store.keys() - declared_keys)
     for key in stale:
         for suffix in (".json", ".pt"):
             (store.folder / f"{key}{suffix}").unlink(missing_ok=True)
@@ -55,8 +60,7 @@ def prune(profile: str) -> int:
 def fit_report(profile: str) -> int:
     """Print the cost model (`posenc.runs.costs`) refitted to the stored runs of `profile`, per device, beside the
     constants in the code, and the whole tier's H200 window under the refitted CUDA constants."""
-    store = Store(profile)
-    specs = list({s.key: s for name in names() for _, s in plan(name, profile)}.values())
+    store, specs = Store(profile), declared(profile)
     records = [r for s in specs if (r := store.get(s)) is not None]
     for device in THROUGHPUT:
         try:
