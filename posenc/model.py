@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import Attention, causal_block_mask, causal_mask
+from .host import to_device, values_checked_on_host
 from .scheme import PositionContext, Scheme, get_scheme
 
 IGNORE = -100  # target id that losses and metrics skip
@@ -156,12 +157,13 @@ class Transformer(nn.Module):
         """(final normed states, attention maps, each block's input); `memory` as in `forward_segment`.
 
         An empty sequence (T = 0) gives empty states for every scheme, without calling one."""
-        self._check_tokens(tokens)
+        self.check_inputs(tokens)
         x = self.tok(tokens)                                         # (B, T, D)
         if self.cls is not None:
             x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
         if x.shape[0] == 0 or x.shape[1] == 0:                        # nothing to attend to: empty states
-            self._check_positions(tokens.shape[1], positions, tokens.device)
+            if positions is not None:
+                self._check_positions(tokens.shape[1], positions)
             return self.ln_f(x), [None] * len(self.blocks), [x] * len(self.blocks)
         mem_len = self._check_memory(memory, tokens)
         ctx = self.context(tokens.shape[1], positions, tokens.device, mem_len, need_weights)
@@ -179,19 +181,13 @@ class Transformer(nn.Module):
         per-layer terms, no memory, no dropout, no weights asked for) the context holds the
         score_mod and a causal block mask instead of the [H, T, T] bias.
         """
-        start = mem_len if positions is None else None      # default positions: consecutive from mem_len
-        if mem_len and positions is None:
-            positions = torch.arange(mem_len, mem_len + seq_len, device=device)
-        positions = self._check_positions(seq_len, positions, device)
-        if self.cls is not None:  # [CLS] takes the first position (0 for no tokens), tokens move up by one
-            first = positions[:1] if len(positions) else positions.new_zeros(1)
-            positions = torch.cat([first, positions + 1])
+        positions, start, extent, host = self._positions(seq_len, positions, device, mem_len)
         if mem_len:
             before = positions[0] - torch.arange(mem_len, 0, -1, device=device).to(positions.dtype)
             ctx = SegmentContext(positions, self.causal, key_positions=torch.cat([before, positions]))
         else:
             ctx = PositionContext(positions, self.causal, has_cls=self.cls is not None)
-        ctx.start = start
+        ctx.start, ctx.extent, ctx.host_positions = start, extent, host
         ctx.tables = self.scheme.prepare(ctx)
         if self._flex(device, mem_len, need_weights):
             ctx.score_mod = self.scheme.score_mod(ctx)               # hook 3 as a function of (h, i, j)
@@ -234,20 +230,44 @@ class Transformer(nn.Module):
             raise ValueError(f"memory must be a list of {len(self.blocks)} tensors [batch={want[0]}, M, {want[2]}]")
         return memory[0].shape[1]
 
-    def _check_tokens(self, tokens: Tensor) -> None:
+    def check_inputs(self, tokens: Tensor) -> None:
+        """TypeError unless `tokens` is a long tensor [batch, seq]; ValueError for ids outside the vocabulary.
+
+        Every forward runs it; inside `posenc.host.host_checked()` the forward skips the value
+        check (it reads the tokens on the host: a wait on a GPU), for a caller that ran this
+        on the batch before copying it to the device."""
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             got = f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
             raise TypeError(f"tokens must be a long tensor [batch, seq]; got {got}")
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(f"tokens must lie in [0, vocab_size={self.vocab_size}); "
-                             f"got values in [{int(tokens.min())}, {int(tokens.max())}]")
+        if tokens.numel() and not values_checked_on_host():
+            low, high = (int(v) for v in torch.aminmax(tokens))
+            if low < 0 or high >= self.vocab_size:
+                raise ValueError(f"tokens must lie in [0, vocab_size={self.vocab_size}); got values in [{low}, {high}]")
+
+    def _positions(self, seq_len: int, positions: Tensor | None, device, mem_len: int = 0):
+        """(the positions the layers see [CLS first] on `device`, consecutive start or None, (min, max),
+        the same positions on the CPU if they came from there, else None).
+
+        Default positions are mem_len, mem_len + 1, ... (with [CLS]: CLS mem_len, tokens after it),
+        summarised without reading them. Given positions are checked, given their [CLS] position
+        (positions[0]; 0 for no tokens, tokens move up by one) and summarised where they are (free
+        on the CPU; on a GPU one wait), then copied to `device` without waiting."""
+        if positions is None:
+            n = seq_len + (self.cls is not None)
+            extent = (mem_len, mem_len + n - 1) if n else None
+            return torch.arange(mem_len, mem_len + n, device=device), mem_len, extent, None
+        positions = self._check_positions(seq_len, positions)
+        if self.cls is not None:
+            first = positions[:1] if len(positions) else positions.new_zeros(1)
+            positions = torch.cat([first, positions + 1])
+        start, extent = summarise_positions(positions)
+        host = positions if positions.device.type == "cpu" else None
+        return to_device(positions, device), start, extent, host
 
     @staticmethod
-    def _check_positions(seq_len: int, positions: Tensor | None, device) -> Tensor:
+    def _check_positions(seq_len: int, positions: Tensor) -> Tensor:
         """Positions validated once, where the model receives them: every integer dtype is
         widened to int64 (so j - i cannot wrap around in uint8 or int8), floats must be finite."""
-        if positions is None:
-            return torch.arange(seq_len, device=device)
         if not isinstance(positions, Tensor) or positions.dim() != 1 or positions.shape[0] != seq_len:
             shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
             raise ValueError(f"positions must be a 1-D tensor [seq={seq_len}]; got {shape}")
@@ -260,7 +280,20 @@ class Transformer(nn.Module):
                 positions = positions.float()
         else:
             positions = positions.long()
-        return positions.to(device)
+        return positions
+
+
+def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:
+    """(p_0 if positions are the integers p_0, p_0 + 1, ... else None, (min, max) or None if empty),
+    read in one transfer from wherever `positions` [seq] live."""
+    if not positions.numel():
+        return None, None
+    low, high = positions.min(), positions.max()
+    if positions.is_floating_point():
+        return None, tuple(torch.stack([low, high]).tolist())
+    steps = (positions.diff() == 1).all() if len(positions) > 1 else torch.ones((), dtype=torch.bool)
+    low, high, consecutive = torch.stack([low, high, steps.long()]).tolist()
+    return (low if consecutive else None), (low, high)
 
 
 def _init_weights(module: nn.Module) -> None:

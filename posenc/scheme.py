@@ -54,13 +54,50 @@ class PositionContext:
     has_cls: bool = False  # positions[0] belongs to a [CLS] token
     tables: dict = field(default_factory=dict)  # filled once by Scheme.prepare
     attn_mask: Tensor | None = None  # [h or 1, seq, seq] float: bias + causal mask
-    start: int | None = None  # positions are start, start + 1, ... (the model's default), known without a sync
+    start: int | None = None  # positions are start, start + 1, ... (set with `extent` by the model)
     score_mod: object = None  # set instead of attn_mask on the FlexAttention path (`Scheme.score_mod`)
     block_mask: object = None  # FlexAttention's causal block mask on that path (None: bidirectional)
+    extent: tuple | None = None  # (min, max) of positions as Python numbers, read on the host by the model
+    host_positions: Tensor | None = None  # the same positions on the CPU, when the model received them there
 
     @property
     def seq_len(self) -> int:
         return self.positions.shape[0]
+
+    def minmax(self) -> tuple | None:
+        """(min, max) of `positions` as Python numbers, None for no positions.
+
+        `extent` when the model set it (it reads positions where they are free to read: known for
+        its default 0..n-1, on the host for positions passed from the CPU), else read from the
+        tensor, which on a GPU waits for it. Schemes check positions through this, so a training
+        step never waits.
+        """
+        if self.extent is not None or not self.positions.numel():
+            return self.extent
+        low, high = torch.aminmax(self.positions)
+        return low.item(), high.item()
+
+    def positions_on_host(self) -> Tensor | None:
+        """`positions` as a CPU tensor if known without reading the device (on the CPU already, a copy
+        the model kept, or the model's start, start + 1, ...), else None."""
+        if self.positions.device.type == "cpu":
+            return self.positions
+        if self.host_positions is not None:
+            return self.host_positions
+        start = self.start if self.extent is not None else None
+        return None if start is None else torch.arange(start, start + self.seq_len)
+
+    def consecutive_start(self) -> int | None:
+        """p_0 when positions are the integers p_0, p_0 + 1, ..., p_0 + n - 1, else None.
+
+        `start` when the model set it (with `extent`), else read from the tensor (a wait on a GPU)."""
+        if self.start is not None or self.extent is not None:
+            return self.start
+        pos = self.positions
+        if pos.is_floating_point() or not pos.numel():
+            return None
+        first = int(pos[0])
+        return first if torch.equal(pos - first, torch.arange(len(pos), device=pos.device)) else None
 
 
 class Scheme(nn.Module):

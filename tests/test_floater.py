@@ -76,3 +76,21 @@ def test_floater_extrapolates_without_error_but_rejects_negative_positions():
 def test_bad_delta_is_rejected():
     with pytest.raises(ValueError, match="delta"):
         small_model("floater", delta=0.0)
+
+
+@pytest.mark.parametrize("positions", [torch.arange(40), torch.arange(5, 22), torch.tensor([3]),
+                                       torch.tensor([7, 2, 2, 9, 0]), torch.tensor([0.5, 3.25, 1.0, 7.9])])
+@pytest.mark.parametrize("delta", [0.1, 0.37, 1.0])
+def test_the_host_grid_rk4_gives_torchdiffeqs_numbers_and_gradients_exactly(positions, delta):
+    """posenc's RK4 keeps the time grid on the host (no wait for a GPU); on the CPU it is torchdiffeq, bit for bit."""
+    from torchdiffeq import odeint
+    from posenc.floater import MLPDynamics
+    h, p0 = MLPDynamics(16, 16), torch.randn(3, 16, requires_grad=True)
+    t = positions.to(torch.float32) * delta
+    grid, index = torch.unique(torch.cat([t.new_zeros(1), t]), sorted=True, return_inverse=True)
+    ref = odeint(h, p0, grid, method="rk4", options={"step_size": delta})[index[1:]].movedim(0, -2)
+    ours = solve_positions(h, p0, positions, delta=delta)
+    assert torch.equal(ours, ref)
+    params = [p0, *h.parameters()]
+    for a, b in zip(torch.autograd.grad(ours.square().sum(), params), torch.autograd.grad(ref.square().sum(), params)):
+        assert torch.equal(a, b)

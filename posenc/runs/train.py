@@ -32,6 +32,7 @@ with warnings.catch_warnings():  # tqdm.auto warns when ipywidgets is absent, th
     warnings.simplefilter("ignore")
     from tqdm.auto import tqdm
 
+from ..host import host_checked, to_device
 from ..model import classification_loss, lm_loss  # noqa: F401  (re-exported)
 
 
@@ -192,6 +193,26 @@ class RandomPositions(torch.nn.Module):
         return self.model(tokens, positions=positions)
 
 
+def optimizer_step(model, loss_fn, batch, opt, scaler, dtype, grad_clip: float) -> torch.Tensor:
+    """One training step on a batch already on the device; returns the loss, not read.
+
+    Forward under autocast (`dtype`; None: fp32), backward, gradient clipping to `grad_clip`,
+    AdamW: nothing here waits for the GPU (no `.item()`, no `bool(tensor)`, no copy back), so
+    the host runs ahead and queues the next step while this one executes (`posenc.host`;
+    `tests/test_host_sync.py` checks every scheme's step for such calls).
+    """
+    x, y, kw = batch
+    with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+        loss = loss_fn(model, x, y, **kw)
+    opt.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(opt)
+    scaler.update()
+    return loss.detach()                      # read at the next log
+
+
 def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resume: str = "check") -> TrainResult:
     """Train `model` on `task.train_batch(batch_size, generator, causal)` for `cfg.steps` steps.
 
@@ -225,6 +246,7 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     if cfg.checkpoint_path and os.path.exists(cfg.checkpoint_path):
         start, result.history, window = load_checkpoint(cfg.checkpoint_path, model, opt, sched, scaler, cfg, resume)
 
+    check = getattr(model, "check_inputs", None)   # the input checks the step skips (posenc.host)
     t0 = time.perf_counter()
     model.train()
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress,
@@ -233,16 +255,12 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
         g = step_generator(cfg.seed, step)
         x, y = task.train_batch(cfg.batch_size, g, model.causal)
         kw = {} if cfg.random_positions is None else {"positions": random_positions(x.shape[1], cfg.random_positions, g)}
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            loss = loss_fn(model, x.to(device), y.to(device), **kw)
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        scaler.step(opt)
-        scaler.update()
+        if check is not None:
+            check(x)                                 # on the host, where the batch was made: free
+        batch = (to_device(x, device), to_device(y, device), kw)   # positions go as they are: the model reads them first
+        with host_checked():
+            window.append(optimizer_step(model, loss_fn, batch, opt, scaler, dtype, cfg.grad_clip))
         sched.step()
-        window.append(loss.detach())                    # read at the next log: no host sync inside the step
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
             window = [float(v) for v in window]
             result.history.append({"step": step + 1, "loss": sum(window) / len(window),

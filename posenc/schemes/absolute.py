@@ -70,14 +70,18 @@ def sinusoidal_shift_matrix(k: float, dim: int, base: float = 10000.0) -> Tensor
     return torch.block_diag(*blocks).float()                                        # (dim, dim)
 
 
-def integer_positions(positions: Tensor, argument: str = "positions") -> Tensor:
-    """Check that positions are non-negative integers (a table index); return them as long."""
+def integer_positions(positions: Tensor, argument: str = "positions", minmax: tuple | None = None) -> Tensor:
+    """Check that positions are non-negative integers (a table index); return them as long.
+
+    `minmax`: their (min, max) when already known on the host (`PositionContext.minmax`); else read."""
     if positions.is_floating_point():
         if not torch.equal(positions, positions.round()):
             raise ValueError(f"{argument} must be integers for a table lookup; got fractional values")
         positions = positions.long()
-    if positions.numel() and positions.min() < 0:
-        raise ValueError(f"{argument} must be >= 0 for a table lookup; got min {int(positions.min())}")
+    if minmax is None and positions.numel():
+        minmax = (int(positions.min()), None)
+    if minmax is not None and minmax[0] < 0:
+        raise ValueError(f"{argument} must be >= 0 for a table lookup; got min {int(minmax[0])}")
     return positions
 
 
@@ -100,12 +104,13 @@ class _TableScheme(Scheme):
     def rows(self, ctx: PositionContext) -> Tensor:
         """P[positions]: [seq, d_model]; ValueError (naming max_len) past the table."""
         n = ctx.seq_len
-        if ctx.start is not None and ctx.start + n <= self.max_len:   # the model's default positions:
+        if ctx.start is not None and 0 <= ctx.start and ctx.start + n <= self.max_len:   # consecutive positions:
             return self.table.narrow(0, ctx.start, n)                # a view and a cheap backward, no host sync
-        pos = integer_positions(ctx.positions)
-        if pos.numel() and pos.max() >= self.max_len:
+        minmax = ctx.minmax()
+        pos, high = integer_positions(ctx.positions, minmax=minmax), (minmax or (0, -1))[1]
+        if high >= self.max_len:
             if self.overflow == "error":
-                raise ValueError(f"sequence needs position {int(pos.max())} (length {int(pos.max()) + 1}) but the "
+                raise ValueError(f"sequence needs position {int(high)} (length {int(high) + 1}) but the "
                                  f"learned table has max_len={self.max_len} rows; build with a larger max_len, "
                                  f"extend it (posenc.absolute.extend_learned_table) or pass overflow='clamp'")
             pos = pos.clamp(max=self.max_len - 1)
@@ -169,8 +174,9 @@ class Sinusoidal(Scheme):
             raise ValueError(f"scale must be 'learned', 'vaswani' or a number; got {scale!r}")
 
     def prepare(self, ctx: PositionContext) -> dict:
-        if ctx.positions.numel() and ctx.positions.min() < 0:
-            raise ValueError(f"positions must be >= 0; got min {float(ctx.positions.min())}")
+        low = (ctx.minmax() or (0, 0))[0]
+        if low < 0:
+            raise ValueError(f"positions must be >= 0; got min {float(low)}")
         return {"pe": sinusoidal_at(ctx.positions, self.d_model, self.base).to(ctx.positions.device)}  # (T, D)
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:

@@ -74,7 +74,7 @@ class ALiBi(Scheme):
         """-m_h |j - i| (H, T, T); for consecutive integer positions (any offset) the bias
         depends on T only and the last one is reused, as long as it was built with autograd on."""
         pos, n = ctx.positions, ctx.seq_len
-        consecutive = not pos.is_floating_point() and torch.equal(pos - pos[0], torch.arange(n, device=pos.device))
+        consecutive = ctx.consecutive_start() is not None
         if consecutive and self._last is not None and self._last[:2] == (n, pos.device):
             return self._last[2]
         bias = alibi_bias(pos, self.slopes)

@@ -75,7 +75,7 @@ class T5Bias(Scheme):
     def prepare(self, ctx: PositionContext) -> dict:
         q_pos, k_pos = ctx.positions, key_positions(ctx)
         n = len(q_pos)
-        if k_pos is q_pos and _consecutive(q_pos):                            # one bucket per distance j - i
+        if k_pos is q_pos and ctx.consecutive_start() is not None:            # one bucket per distance j - i
             rel = torch.arange(1 - n, n, device=q_pos.device)                  # (2n - 1,)
             return {"t5_distance_buckets": t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)}
         rel = k_pos[None, :] - q_pos[:, None]                                  # (Q, K) j - i
@@ -100,7 +100,3 @@ class T5Bias(Scheme):
             return v.unfold(1, n, 1).flip(1)                                   # [h, a, j] = v[h, a + j], a = n - 1 - i
         return self.bias(ctx.tables["t5_buckets"]).permute(2, 0, 1)           # (H, Q, K)
 
-
-def _consecutive(pos: Tensor) -> bool:
-    """Integer positions p0, p0 + 1, ..., p0 + n - 1 (then the bias depends on n alone)."""
-    return not pos.is_floating_point() and torch.equal(pos - pos[0], torch.arange(len(pos), device=pos.device))

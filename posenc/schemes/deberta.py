@@ -186,10 +186,9 @@ class DeBERTa(Scheme):
         return {"delta": relative_index(pos, pos, self.k, self.bucket_size, self.max_position)}  # (N, N)
 
     def _absolute(self, x: Tensor, ctx: PositionContext) -> Tensor:
-        pos = ctx.positions
-        if pos.is_floating_point() or pos.min() < 0 or pos.max() >= self.max_len:
-            raise ValueError(f"absolute positions must be integers in [0, max_len={self.max_len}); "
-                             f"got {pos.min().item()}..{pos.max().item()}")
+        pos, (low, high) = ctx.positions, ctx.minmax() or (0, 0)
+        if pos.is_floating_point() or low < 0 or high >= self.max_len:
+            raise ValueError(f"absolute positions must be integers in [0, max_len={self.max_len}); got {low}..{high}")
         return x + self.abs_pos(pos)                                                 # (B, N, D)
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:

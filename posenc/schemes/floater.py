@@ -7,8 +7,10 @@ added before every block: x^(n)_i -> x^(n)_i + p^(n)(t_i) (hook `layer_input`).
 
 Our choices: one dynamics h shared by all blocks, each block n with its own learned
 initial value p^(n)(0), so one ODE solve of a [n_layers, d] state serves the whole
-model; fixed-step RK4 with one step per position (`step_size = delta`) by default,
-`method="dopri5"` for an adaptive solver, `adjoint=True` for O(1)-memory gradients.
+model; fixed-step RK4 with one step per position (`step_size = delta`) by default, written
+here with its time grid on the host (`rk4_on_host_grid`: torchdiffeq's numbers, bit for bit on
+the CPU, without torchdiffeq's two waits for the GPU per step); `method="dopri5"` for an
+adaptive solver, `adjoint=True` for O(1)-memory gradients (both torchdiffeq).
 
 The sinusoidal table is one solution (`sinusoidal_dynamics`): a linear h(t, p) = A p
 with A block-diagonal [[0, w_i], [-w_i, 0]] / delta and p(0) = (0, 1, 0, 1, ...)
@@ -24,6 +26,7 @@ from torch import Tensor, nn
 from torchdiffeq import odeint, odeint_adjoint
 
 from .absolute import TOKEN_INIT_STD, sinusoidal_angles
+from ..host import to_device
 from ..scheme import register
 from ..scheme import PositionContext, Scheme
 
@@ -68,15 +71,66 @@ def sinusoidal_dynamics(dim: int, base: float = 10000.0, delta: float = 1.0) -> 
     return LinearDynamics(torch.block_diag(*blocks)), p0
 
 
+def rk4_on_host_grid(func: nn.Module, p0: Tensor, times: Tensor, delta: float) -> Tensor:
+    """p(t) at the increasing times [K] (a CPU tensor, times[0] = 0), from p(0) = p0: [K, ..., d].
+
+    RK4 (the 3/8 rule) with step delta from 0, linear interpolation between steps:
+
+        k1 = h(t, y),  k2 = h(t + dt/3, y + dt k1/3),  k3 = h(t + 2dt/3, y + dt (k2 - k1/3)),
+        k4 = h(t + dt, y + dt (k1 - k2 + k3)),         y(t + dt) = y + dt (k1 + 3 (k2 + k3) + k4) / 8
+
+    This is torchdiffeq's `odeint(func, p0, times, method="rk4", options={"step_size": delta})`
+    operation for operation (the same numbers on the CPU), except that the time grid and its
+    comparisons stay on the host: torchdiffeq moves them to p0's device and compares them in
+    Python at every step, which on a GPU waits for it twice per step.
+    """
+    niters = int(torch.ceil((times[-1] - times[0]) / delta + 1))
+    grid = torch.arange(0, niters, dtype=times.dtype) * delta + times[0]                   # torchdiffeq's grid
+    grid[-1] = times[-1]
+    solution = torch.empty(len(times), *p0.shape, dtype=p0.dtype, device=p0.device)
+    solution[0] = p0
+    j, y0 = 1, p0
+    for t0, t1 in zip(grid[:-1], grid[1:]):
+        dt = t1 - t0
+        k1 = func(t0, y0)
+        k2 = func(t0 + dt * (1 / 3), y0 + dt * k1 * (1 / 3))
+        k3 = func(t0 + dt * (2 / 3), y0 + dt * (k2 - k1 * (1 / 3)))
+        k4 = func(t1, y0 + dt * (k1 - k2 + k3))
+        y1 = y0 + (k1 + 3 * (k2 + k3) + k4) * dt * 0.125
+        while j < len(times) and t1 >= times[j]:                                          # host tensors: no wait
+            solution[j] = y1 if times[j] == t1 else y0 + (times[j] - t0) / (t1 - t0) * (y1 - y0)
+            j += 1
+        y0 = y1
+    return solution
+
+
+def host_grid(positions: Tensor, delta: float) -> tuple[Tensor, Tensor]:
+    """(the sorted distinct times 0, delta * positions [K], each position's row in them [T]) of CPU
+    positions; ValueError for a negative one."""
+    if positions.numel() and positions.min() < 0:
+        raise ValueError(f"positions must be >= 0 (the ODE starts at t=0); got min {float(positions.min())}")
+    t = positions.to(torch.float32) * delta                                               # (T,)
+    times, index = torch.unique(torch.cat([t.new_zeros(1), t]), sorted=True, return_inverse=True)
+    return times, index[1:]
+
+
 def solve_positions(func: nn.Module, p0: Tensor, positions: Tensor, *, delta: float, method: str = "rk4",
-                    rtol: float = 1e-5, atol: float = 1e-6, adjoint: bool = False) -> Tensor:
+                    rtol: float = 1e-5, atol: float = 1e-6, adjoint: bool = False,
+                    host_positions: Tensor | None = None) -> Tensor:
     """p(delta * positions) for initial states p0 [..., d] at t=0: [..., seq, d].
 
     The ODE is integrated once over the sorted unique times (t = 0 prepended);
-    positions may repeat, be unsorted, or be fractional, but not negative.
+    positions may repeat, be unsorted, or be fractional, but not negative. With RK4, positions
+    on the CPU (or their CPU copy `host_positions`) are solved on a host grid
+    (`rk4_on_host_grid`): the same numbers, and nothing read from the device.
     """
     if positions.dim() != 1:
         raise ValueError(f"positions must be 1-D; got shape {tuple(positions.shape)}")
+    host = positions if positions.device.type == "cpu" else host_positions
+    if host is not None and method == "rk4" and not adjoint and host.numel():
+        times, index = host_grid(host, delta)
+        traj = rk4_on_host_grid(func, p0, times, delta)                                  # (K, ..., d)
+        return traj[to_device(index, p0.device)].movedim(0, -2)                          # (..., T, d)
     if positions.numel() and positions.min() < 0:
         raise ValueError(f"positions must be >= 0 (the ODE starts at t=0); got min {float(positions.min())}")
     t = positions.to(p0.device, torch.float32) * delta                              # (T,)
@@ -94,7 +148,8 @@ class Floater(Scheme):
     Args:
         delta: time between neighbouring positions.
         hidden: width of h's hidden layer (default d_model).
-        method: torchdiffeq solver ("rk4" fixed step = delta, or "dopri5", ...).
+        method: "rk4" (fixed step = delta; `rk4_on_host_grid`, torchdiffeq's numbers with the time grid
+            kept on the host) or any other torchdiffeq solver ("dopri5", ...).
         adjoint: backpropagate with the adjoint method (memory O(1) in the steps).
         dynamics: replace h by any module f(t, p) (e.g. `sinusoidal_dynamics`).
     """
@@ -109,17 +164,17 @@ class Floater(Scheme):
         self.p0 = nn.Parameter(torch.randn(self.n_layers, self.d_model) * TOKEN_INIT_STD)  # (N, D)
         self.register_buffer("cached", torch.empty(self.n_layers, 0, self.d_model), persistent=False)
 
-    def solve(self, positions: Tensor) -> Tensor:
-        """p^(n)(delta * positions) for every block: [n_layers, seq, d_model]."""
+    def solve(self, positions: Tensor, host_positions: Tensor | None = None) -> Tensor:
+        """p^(n)(delta * positions) for every block: [n_layers, seq, d_model] (`host_positions`: their CPU copy)."""
         return solve_positions(self.dynamics, self.p0, positions, delta=self.delta, method=self.method,
-                               adjoint=self.adjoint)
+                               adjoint=self.adjoint, host_positions=host_positions)
 
     @torch.no_grad()
     def cache(self, num_positions: int) -> Tensor:
         """Solve once for positions 0..num_positions-1; eval-mode forwards then only index the table."""
         if not isinstance(num_positions, int) or num_positions < 1:
             raise ValueError(f"num_positions must be a positive int; got {num_positions!r}")
-        self.cached = self.solve(torch.arange(num_positions, device=self.p0.device))
+        self.cached = self.solve(torch.arange(num_positions, device=self.p0.device), torch.arange(num_positions))
         return self.cached
 
     def train(self, mode: bool = True):
@@ -128,10 +183,10 @@ class Floater(Scheme):
         return super().train(mode)
 
     def prepare(self, ctx: PositionContext) -> dict:
-        pos = ctx.positions
-        hit = (not self.training and not pos.is_floating_point() and pos.numel()
-               and 0 <= pos.min() and pos.max() < self.cached.shape[1])
-        return {"floater": self.cached[:, pos] if hit else self.solve(pos)}          # (N, T, D)
+        pos, minmax = ctx.positions, ctx.minmax()
+        hit = (not self.training and not pos.is_floating_point() and minmax is not None
+               and 0 <= minmax[0] and minmax[1] < self.cached.shape[1])
+        return {"floater": self.cached[:, pos] if hit else self.solve(pos, ctx.positions_on_host())}  # (N, T, D)
 
     def layer_input(self, x: Tensor, ctx: PositionContext, layer: int) -> Tensor:
         return x + ctx.tables["floater"][layer].to(x.dtype)                          # (B, T, D)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .absolute import sinusoidal_at
+from ..host import to_device
 from ..scheme import register
 from ..scheme import PositionContext, Scheme
 
@@ -32,6 +33,12 @@ def key_positions(ctx: PositionContext) -> Tensor:
     """Positions of the keys: the memory's and the segment's (Transformer-XL), else the queries'."""
     kpos = getattr(ctx, "key_positions", None)
     return ctx.positions if kpos is None else kpos
+
+
+def distinct_distances(q_pos: Tensor, k_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(the distinct i - j [U] sorted, the index of each (i, j) in them [Q, K]); keys default to the queries."""
+    k_pos = q_pos if k_pos is None else k_pos
+    return (q_pos[:, None] - k_pos[None, :]).unique(return_inverse=True)
 
 
 def relative_ids(q_pos: Tensor, k_pos: Tensor, max_distance: int) -> Tensor:
@@ -149,15 +156,19 @@ class TransformerXL(Scheme):
 
     def prepare(self, ctx: PositionContext) -> dict:
         q_pos, k_pos = ctx.positions, key_positions(ctx)
-        dist = q_pos[:, None] - k_pos[None, :]                                    # (Q, K) i - j
-        step = k_pos.diff()
-        contiguous = bool(len(k_pos) < 2 or (step == 1).all()) and bool((q_pos == k_pos[len(k_pos) - len(q_pos):]).all())
+        if ctx.extent is not None:        # the model's context: keys are the integers just before and at the queries
+            contiguous = ctx.start is not None
+        else:
+            step = k_pos.diff()
+            contiguous = bool(len(k_pos) < 2 or (step == 1).all()) and bool((q_pos == k_pos[len(k_pos) - len(q_pos):]).all())
         if contiguous:  # distances k_len-1 .. 0 (causal) or .. -(q_len-1) (bidirectional), decreasing
             low = 0 if self.causal else -(len(q_pos) - 1)
             distances = torch.arange(len(k_pos) - 1, low - 1, -1, device=q_pos.device)
             ids = None
+        elif k_pos is q_pos and ctx.positions_on_host() is not None:           # found on the host: no wait
+            distances, ids = (to_device(t, q_pos.device) for t in distinct_distances(ctx.positions_on_host()))
         else:
-            distances, ids = dist.unique(return_inverse=True)                     # (U,), (Q, K)
+            distances, ids = distinct_distances(q_pos, k_pos)                     # (U,), (Q, K)
         R = sinusoidal_at(distances, self.d_model, self.base).to(q_pos.device)    # (U, D)
         return {"xl_R": R, "xl_ids": ids, "xl_k_len": len(k_pos)}
 

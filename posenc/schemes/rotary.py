@@ -66,6 +66,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..host import to_device
 from ..compiled import CompiledOrEager
 from ..scheme import register
 from ..scheme import PositionContext, Scheme
@@ -148,7 +149,7 @@ def frequency_table(positions: Tensor, theta: Tensor, dtype=torch.float32,
     if not isinstance(theta, Tensor) or theta.dim() != 1:
         raise ValueError(f"theta must be a 1-D tensor [dim/2]; got {getattr(theta, 'shape', type(theta).__name__)}")
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
-    angles = positions.to(wide)[:, None] * theta.to(device=positions.device, dtype=wide)    # (T, dim/2)
+    angles = positions.to(wide)[:, None] * to_device(theta, positions.device).to(wide)      # (T, dim/2)
     cos, sin = angles.cos(), angles.sin()
     if attention_factor != 1.0:
         cos, sin = cos * attention_factor, sin * attention_factor
@@ -443,25 +444,28 @@ class RoPE(Scheme):
             return positions.to(torch.float64 if positions.device.type != "mps" else torch.float32) / self.factor
         return positions
 
-    def table(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """(cos, sin) [seq, r/2] for these positions, with the scaling and p applied (times a for a rope_type)."""
+    def table(self, positions: Tensor, highest: float | None = None) -> tuple[Tensor, Tensor]:
+        """(cos, sin) [seq, r/2] for these positions, with the scaling and p applied (times a for a rope_type).
+
+        `highest`: max(positions) when known on the host (a length-dependent scaling needs it); else read."""
         if self.scaling in POSITION_SCALINGS:
             return rope_table(self.scaled_positions(positions), self.rot_dim, self.effective_base, p=self.p)
-        n = int(positions.max()) + 1 if self.scaling in LENGTH_DEPENDENT and positions.numel() else None
+        n = None
+        if self.scaling in LENGTH_DEPENDENT and positions.numel():
+            n = int(positions.max() if highest is None else highest) + 1
         theta, a = self.frequencies(n)
         return frequency_table(positions, theta, attention_factor=a)
 
     def prepare(self, ctx: PositionContext) -> dict:
         pos, n = ctx.positions, ctx.seq_len
-        key = (n, pos.device)
-        if key in self._cache and torch.equal(pos, self._cache[key][0]):
-            return {"rope": self._cache[key][1]}
-        tables = self.table(pos)
-        default = torch.arange(n, device=pos.device)
-        if torch.equal(pos, default) and not torch.is_inference_mode_enabled():  # cache positions 0..n-1 only
+        key, default = (n, pos.device), ctx.consecutive_start() == 0        # positions 0..n-1: cached
+        if default and key in self._cache:
+            return {"rope": self._cache[key]}
+        tables = self.table(pos, (ctx.minmax() or (None, None))[1])
+        if default and not torch.is_inference_mode_enabled():
             if len(self._cache) >= 16:
                 self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = (default, tables)
+            self._cache[key] = tables
         return {"rope": tables}
 
     def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:

@@ -112,9 +112,10 @@ class TUPE(Scheme):
 
     def position_term(self, ctx: PositionContext) -> tuple[Tensor, Tensor, Tensor]:
         """(p_i U_Q)(p_j U_K)^T * scale: [H, N, N], and p U_Q, p U_K: [H, N, d_h]."""
-        pos = integer_positions(ctx.positions)
-        if pos.numel() and pos.max() >= self.max_len:
-            raise ValueError(f"positions must be < max_len={self.max_len}; got {int(pos.max())}")
+        minmax = ctx.minmax()
+        pos = integer_positions(ctx.positions, minmax=minmax)
+        if minmax is not None and minmax[1] >= self.max_len:
+            raise ValueError(f"positions must be < max_len={self.max_len}; got {int(minmax[1])}")
         p = self.pos(pos)                                                        # (N, D)
         pq, pk = self.heads(self.u_q(p)), self.heads(self.u_k(p))                # (H, N, d_h)
         return pq @ pk.transpose(-2, -1) * self.logit_scale(), pq, pk

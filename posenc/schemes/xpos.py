@@ -149,7 +149,7 @@ class XPos(RoPE):
                          **rope_options)
         self.scale_base, self.gamma_hat = float(scale_base), float(gamma_hat)
 
-    def table(self, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def table(self, positions: Tensor, highest: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(q cos, q sin, k cos, k sin) [seq, r/2]: RoPE's tables times zeta^((m-c)/gamma) and divided by it."""
         return xpos_table(self.scaled_positions(positions), self.rot_dim, self.effective_base, self.scale_base,
                           self.gamma_hat, p=self.p)

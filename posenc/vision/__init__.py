@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..host import to_device, values_checked_on_host
 from ..schemes.absolute import sinusoidal_at
 from ..model import Block, _init_weights, run_blocks
 from ..schemes.nope import NoPE
@@ -66,7 +67,7 @@ class GridContext(PositionContext):
     def coords(self) -> tuple[Tensor, Tensor]:
         """(rows, cols) of the patch tokens, float [h*w] each, on the positions' device."""
         r, c = grid_coords(self.grid, self.ref_grid)
-        return r.to(self.positions.device), c.to(self.positions.device)
+        return to_device(r, self.positions.device), to_device(c, self.positions.device)
 
 
 def _grid_of(ctx: PositionContext) -> GridContext:
@@ -136,7 +137,7 @@ def check_image_size(images: Tensor, patch_size: int) -> tuple[int, int]:
         raise ValueError(f"images must be a tensor [batch, channels, height, width]; got {got}")
     if not images.is_floating_point():
         raise TypeError(f"images must be a float tensor; got {images.dtype}")
-    if not torch.isfinite(images).all():
+    if not values_checked_on_host() and not torch.isfinite(images).all():   # a wait on a GPU: see posenc.host
         raise ValueError("images must be finite; got NaN or infinite pixels")
     H, W = images.shape[-2:]
     if H % patch_size or W % patch_size:
@@ -244,7 +245,7 @@ class SinCos2D(Scheme):
         r, c = grid_coords(ctx.grid, ctx.ref_grid)                             # on CPU, where sinusoidal_at works
         half = self.d_model // 2
         p = torch.cat([sinusoidal_at(r, half, self.base), sinusoidal_at(c, half, self.base)], -1)  # (h*w, D)
-        return p.to(ctx.positions.device)
+        return to_device(p, ctx.positions.device)
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
         ctx = _grid_of(ctx)
@@ -335,11 +336,17 @@ class ViT(nn.Module):
         """Every layer's attention weights [B, heads, 1+h*w, 1+h*w] ([CLS] first)."""
         return self.hidden_states(images, ref_grid, need_weights=True)[1]
 
+    def check_inputs(self, images: Tensor) -> None:
+        """ValueError or TypeError unless `images` is a finite float tensor [B, C, H, W] of whole patches
+        (run by every forward; inside `posenc.host.host_checked()` without the finiteness check)."""
+        check_image_size(images, self.stem.patch_size)
+
     def hidden_states(self, images: Tensor, ref_grid=None, need_weights: bool = False):
         x, grid = self.stem(images)                                            # (B, N, D), (h, w)
         x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)             # (B, 1+N, D)
         ctx = GridContext(torch.arange(x.shape[1], device=x.device), causal=False, has_cls=True, grid=grid,
-                          ref_grid=None if ref_grid is None else check_grid("ref_grid", ref_grid))
+                          ref_grid=None if ref_grid is None else check_grid("ref_grid", ref_grid),
+                          start=0, extent=(0, x.shape[1] - 1))
         ctx.tables = self.scheme.prepare(ctx)
         ctx.attn_mask = self.scheme.logit_bias(ctx)                            # hook 3, shared by layers
         x = self.scheme.embed(x, ctx)                                          # hook 1

@@ -1,0 +1,57 @@
+"""Keeping the host from waiting for the GPU: copies that are enqueued, checks read on the host.
+
+A CUDA kernel launch returns at once, so the host can run ahead and queue step t + 1 while the
+GPU executes step t. Anything that reads a GPU tensor's *value* on the host (`.item()`,
+`bool(tensor)`, `int(tensor.max())`, `torch.unique`, `torch.equal`) or copies from pageable
+memory (a plain `t.to("cuda")`: PyTorch synchronises the stream after it) makes the host wait
+until the GPU has caught up. For the book's small models the GPU's work per step is short and
+the host's launch time long, so one wait per step costs the overlap of the whole step.
+
+Two tools keep the training step free of waits:
+
+* `to_device(t, device)`: a CPU tensor copied from pinned memory, `non_blocking`;
+* `host_checked()`: a context in which the model skips the value checks of its inputs (tokens
+  in the vocabulary, finite pixels) because the caller checked them on the host, where the
+  batch was made (`posenc.runs.train` does, with the model's `check_inputs`).
+
+Positions need neither: the model reads their range where it is free (`PositionContext.minmax`).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+
+_HOST_CHECKED: ContextVar[bool] = ContextVar("posenc_host_checked", default=False)
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """`t` on `device`; from the CPU to a GPU through pinned memory without waiting (`non_blocking`).
+
+    The copy is ordered on the current stream before every later kernel, so reading the result
+    is safe; the pinned buffer is kept alive by PyTorch's caching host allocator until the copy ends.
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+@contextmanager
+def host_checked():
+    """Inside: models skip the checks of input *values* that would read a GPU tensor on the host.
+
+    Only for callers that have checked the same inputs on the host (e.g. with
+    `model.check_inputs(batch)` before `to_device`); shapes and dtypes are still checked.
+    """
+    token = _HOST_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _HOST_CHECKED.reset(token)
+
+
+def values_checked_on_host() -> bool:
+    """Whether the caller has checked the inputs' values on the host (inside `host_checked()`)."""
+    return _HOST_CHECKED.get()
