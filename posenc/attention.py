@@ -16,6 +16,7 @@ chose FlexAttention for a bias scheme (`PositionContext.score_mod`, see
 """
 from __future__ import annotations
 
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -86,7 +87,16 @@ _FLEX = CompiledOrEager(_eager_flex, "FlexAttention")
 
 
 def causal_block_mask(q_len: int, k_len: int, device):
-    """FlexAttention's block mask for causal attention, right-aligned like `causal_mask`."""
+    """FlexAttention's block mask for causal attention, right-aligned like `causal_mask`.
+
+    Built once per (q_len, k_len, device) and reused (a `BlockMask` is never modified): every
+    forward of a bias scheme on the FlexAttention path needs it, and building it is a few
+    kernels that a training step at a fixed length would otherwise repeat."""
+    return _causal_block_mask(int(q_len), int(k_len), torch.device(device))
+
+
+@functools.lru_cache(maxsize=32)
+def _causal_block_mask(q_len: int, k_len: int, device: torch.device):
     from torch.nn.attention.flex_attention import create_block_mask
     offset = k_len - q_len
 

@@ -78,3 +78,14 @@ def test_flex_falls_back_to_the_eager_kernel_when_it_cannot_compile(monkeypatch)
         with pytest.warns(RuntimeWarning, match="could not be compiled"):
             got = model(x)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_causal_block_mask_is_built_once_per_shape_and_stays_right_aligned():
+    from posenc.attention import causal_block_mask
+    first = causal_block_mask(16, 24, "cpu")
+    assert causal_block_mask(16, 24, torch.device("cpu")) is first          # reused, not rebuilt every forward
+    assert causal_block_mask(16, 16, "cpu") is not first
+    dense = first.to_dense()[0, 0]                                          # blocks of 128: one block here
+    assert dense.shape == (1, 1) and bool(dense.all())
+    q, kv = torch.arange(16)[:, None], torch.arange(24)[None, :]
+    assert torch.equal(first.mask_mod(0, 0, q, kv), kv <= q + 8)            # key j visible to query i iff j <= i + 8
