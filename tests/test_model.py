@@ -301,3 +301,37 @@ def test_layer_logit_bias_hook_adds_its_own_bias_in_each_layer(monkeypatch):
         logits = q @ k.transpose(-1, -2) / 8 ** 0.5 - (layer + 1) * 0.5 * d + causal_mask(9, 9)
         torch.testing.assert_close(maps[layer], logits.softmax(-1), rtol=1e-5, atol=1e-5)
         x, _ = block(x, model.scheme, model.context(9, None, "cpu"))
+
+
+@pytest.mark.parametrize("heads", [4, 1])
+@pytest.mark.parametrize("scale", [0.25, 0.1234])
+def test_the_learned_bias_path_is_sdpas_math_path_bit_for_bit(heads, scale):
+    """On the CPU a bias that learns goes through `learned_bias_attention`: SDPA's own numbers and
+    gradients (q, k, v and the bias), without its pass that zeroes fully masked rows."""
+    from posenc.attention import learned_bias_attention
+    q, k, v = (torch.randn(3, 4, 40, 8, requires_grad=True) for _ in range(3))
+    mask = (torch.randn(1, heads, 40, 40) + causal_mask(40, 40)).requires_grad_()
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    got = learned_bias_attention(q, k, v, mask, scale)
+    assert torch.equal(got, want)
+    g = torch.randn_like(want)
+    for a, b in zip(torch.autograd.grad(got, [q, k, v, mask], g), torch.autograd.grad(want, [q, k, v, mask], g)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("scheme", ["t5", "kerple", "fire"])
+def test_learned_bias_models_train_through_the_lean_path_with_sdpas_gradients(monkeypatch, scheme):
+    import posenc.attention as attention
+    x = torch.randint(0, 23, (2, 20))
+    grads = []
+    for lean in (True, False):
+        torch.manual_seed(0)
+        model = small_model(scheme).train()
+        calls = []
+        real = attention.learned_bias_attention
+        monkeypatch.setattr(attention, "learned_bias_attention", lambda *a: calls.append(1) or (
+            real(*a) if lean else F.scaled_dot_product_attention(*a[:4], scale=a[4])))
+        posenc.model.lm_loss(model(x), torch.roll(x, -1, 1)).backward()
+        assert len(calls) == 2                                                    # one per layer
+        grads.append([p.grad for p in model.parameters() if p.grad is not None])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
