@@ -146,7 +146,7 @@ def test_the_trainer_still_rejects_tokens_outside_the_vocabulary_naming_it():
         model(torch.tensor([[0, 29]]))
 
 
-def test_the_models_own_positions_need_no_read_and_given_ones_one():
+def test_the_model_summarises_its_own_positions_without_a_read_and_given_ones_where_they_are():
     """Default positions are summarised without a read; given ones in one read, where they are."""
     model = small_model("alibi")
     ctx = model.context(10, None, torch.device("cpu"))
