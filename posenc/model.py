@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from .attention import Attention, causal_block_mask, causal_mask
 from .host import to_device, values_checked_on_host
-from .scheme import PositionContext, Scheme, get_scheme
+from .scheme import PositionContext, Scheme, get_scheme, summarise_positions
 
 IGNORE = -100  # target id that losses and metrics skip
 #: Where a bias scheme's b_ij is computed: "auto" (FlexAttention on CUDA, the [H, N, N] tensor elsewhere),
@@ -281,19 +281,6 @@ class Transformer(nn.Module):
         else:
             positions = positions.long()
         return positions
-
-
-def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:
-    """(p_0 if positions are the integers p_0, p_0 + 1, ... else None, (min, max) or None if empty),
-    read in one transfer from wherever `positions` [seq] live."""
-    if not positions.numel():
-        return None, None
-    low, high = positions.min(), positions.max()
-    if positions.is_floating_point():
-        return None, tuple(torch.stack([low, high]).tolist())
-    steps = (positions.diff() == 1).all() if len(positions) > 1 else torch.ones((), dtype=torch.bool)
-    low, high, consecutive = torch.stack([low, high, steps.long()]).tolist()
-    return (low if consecutive else None), (low, high)
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -45,6 +45,19 @@ import torch
 from torch import Tensor, nn
 
 
+def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:
+    """(p_0 if positions are the integers p_0, p_0 + 1, ... else None, (min, max) or None if empty),
+    read in one transfer from wherever `positions` [seq] live."""
+    if not positions.numel():
+        return None, None
+    low, high = positions.min(), positions.max()
+    if positions.is_floating_point():
+        return None, tuple(torch.stack([low, high]).tolist())
+    steps = (positions.diff() == 1).all() if len(positions) > 1 else torch.ones((), dtype=torch.bool)
+    low, high, consecutive = torch.stack([low, high, steps.long()]).tolist()
+    return (low if consecutive else None), (low, high)
+
+
 @dataclass
 class PositionContext:
     """What every layer knows about positions in one forward pass."""
@@ -74,8 +87,7 @@ class PositionContext:
         """
         if self.extent is not None or not self.positions.numel():
             return self.extent
-        low, high = torch.aminmax(self.positions)
-        return low.item(), high.item()
+        return summarise_positions(self.positions)[1]
 
     def positions_on_host(self) -> Tensor | None:
         """`positions` as a CPU tensor if known without reading the device (on the CPU already, a copy
@@ -93,11 +105,7 @@ class PositionContext:
         `start` when the model set it (with `extent`), else read from the tensor (a wait on a GPU)."""
         if self.start is not None or self.extent is not None:
             return self.start
-        pos = self.positions
-        if pos.is_floating_point() or not pos.numel():
-            return None
-        first = int(pos[0])
-        return first if torch.equal(pos - first, torch.arange(len(pos), device=pos.device)) else None
+        return summarise_positions(self.positions)[0]
 
 
 class Scheme(nn.Module):

@@ -28,7 +28,7 @@ READS = {"item", "__bool__", "__int__", "__float__", "__index__", "tolist", "num
 
 #: Functions whose reads are of host tensors by design, not of the device's.
 HOST_SIDE = {
-    ("model.py", "summarise_positions"),      # positions passed from the CPU (randomized positions) are read there
+    ("scheme.py", "summarise_positions"),      # positions passed from the CPU (randomized positions) are read there
     ("floater.py", "host_grid"),              # FLOATER's time grid is made from positions on the host
     ("floater.py", "rk4_on_host_grid"),       # and integrated over there
     ("relative.py", "distinct_distances"),    # Transformer-XL's distances, found from positions on the host
