@@ -66,7 +66,7 @@ class Attention(nn.Module):
             y, probs = explicit_attention(q, k, v, mask, scale, causal_only, p)
             u = scheme.extra_values(probs, ctx, self.layer)        # hook 4: (B, H, T, Dh) or None
             y = y if u is None else y + u
-        elif q.device.type == "cpu" and mask is not None and mask.requires_grad and torch.is_grad_enabled() and not p:
+        elif q.device.type == "cpu" and _learns(mask) and torch.is_grad_enabled() and not p:
             y, probs = learned_bias_attention(q, k, v, _cast(mask, q), scale), None   # SDPA's math path, leaner
         else:
             y, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=_cast(mask, q), dropout_p=p,
@@ -141,6 +141,12 @@ def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:
     i = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
     j = torch.arange(k_len, device=device)[None, :]
     return torch.zeros(q_len, k_len, device=device).masked_fill(j > i, float("-inf"))
+
+
+def _learns(mask: Tensor | None) -> bool:
+    """Whether a bias may need a gradient: it requires one, or it is batched by `torch.func.vmap` (seeds
+    trained as one stacked model, `posenc.runs.stacked`), where `requires_grad` reads False on the wrapper."""
+    return mask is not None and (mask.requires_grad or torch._C._functorch.is_batchedtensor(mask))
 
 
 def _cast(mask: Tensor | None, like: Tensor) -> Tensor | None:

@@ -58,6 +58,12 @@ def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:
     return (low if consecutive else None), (low, high)
 
 
+def cacheable(t: Tensor) -> bool:
+    """Whether a scheme may keep `t` for later forwards: not made in inference mode (it could not be used
+    with autograd) and not a `torch.func` wrapper (vmap, grad), which must not escape its transform."""
+    return not torch.is_inference_mode_enabled() and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
 @dataclass
 class PositionContext:
     """What every layer knows about positions in one forward pass."""

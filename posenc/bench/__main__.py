@@ -9,8 +9,9 @@ activation memory), xt (our model / x-transformers' at the same sizes and scheme
 rope (apply_rope forward+backward / references and a memory-bound floor), bias (T5 and
 ALiBi bias construction / references), memory (DeBERTa gather vs naive peak, Shaw
 gather vs naive saved activations), gpu (the CUDA cost table, `posenc.bench.gpu`; CUDA
-only). Ratios are the result; absolute times depend on
-the machine named in the first line.
+only), stacking (three seeds trained one by one / as one stacked model,
+`posenc.bench.stacking`; fewer steps and rounds on a CPU, where a step is long).
+Ratios are the result; absolute times depend on the machine named in the first line.
 """
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from .gpu import bias_backend_costs, gpu_scheme_costs, rope_llama_times
 from .kernels import bias_times, rope_times
 from .memory import deberta_memory
 from .schemes import scheme_costs, xtransformers_costs
+from .stacking import stacking_costs
 from .timing import machine
 
-SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu")
+SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu", "stacking")
 
 
 def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=None) -> dict:
@@ -37,6 +39,8 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
     sizes = dict(seq_len=seq_len, d_model=128, n_heads=4, n_layers=2, batch_size=16, rounds=rounds, device=device,
                  clock=clock)
     how = f"best of {rounds}, {clock} time"
+    on_cpu = torch.device(device).type == "cpu"         # a full-size step takes most of a second there
+    stack_steps, stack_rounds = (5, min(rounds, 2)) if on_cpu else (20, rounds)
     jobs = {
         "schemes": (f"cost per scheme / NoPE (d=128, 2 layers, 4 heads, batch 16, seq {seq_len}, {how})",
                     lambda: scheme_costs(**sizes)),
@@ -52,6 +56,10 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
                 "[H, n, n] bias, batch 1, n = 4096 and 16384",
                 lambda: {"schemes": gpu_scheme_costs(device=device), "rope": rope_llama_times(device=device),
                          "bias": bias_backend_costs(device=device)}),
+        "stacking": (f"3 seeds of a causal LM (d=128, 4 layers, 4 heads, batch 32, seq 128, corpus) trained {stack_steps} "
+                     f"steps one by one / as one stacked model (torch.func.vmap), best of {stack_rounds}, {clock} time",
+                     lambda: stacking_costs(("nope", "rope"), steps=stack_steps, rounds=stack_rounds, device=device,
+                                            clock=clock)),
     }
     out = {}
     for name in only:

@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="list what is missing and its estimated cost")
     parser.add_argument("--prune", action="store_true", help="delete stored records that no chapter declares")
     parser.add_argument("--fit", action="store_true", help="refit the cost model to the stored runs")
+    parser.add_argument("--stack-seeds", action="store_true",
+                        help="train the seeds of one spec as one stacked model where they can be (posenc.runs.stacked)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     chapters = args.chapters or names()
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
             break
         t_pass = time.monotonic()
         out = run_specs([s for _, s in todo], store, workers=workers, device=args.device, deadline=left,
-                        progress=not args.quiet, desc=f"{args.profile} runs")
+                        progress=not args.quiet, desc=f"{args.profile} runs", stack_seeds=args.stack_seeds)
         finished = set(out["done"])                       # the aggregate throughput of this pass, every worker
         steps = sum(s.train["steps"] for _, s in todo if s.key in finished)
         print(f"{len(out['done'])} runs stored, {len(out['failed'])} failed, {len(out['abandoned'])} left for the "

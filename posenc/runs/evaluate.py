@@ -37,17 +37,38 @@ def run(scheme: str, task, cfg: TrainConfig, *, causal: bool, lengths=(), model_
     The model is initialised from `cfg.seed`, so (scheme, task, cfg) fixes every number.
     `max_len` defaults to the longest sequence the evaluation lengths need.
     """
+    model = seeded_model(scheme, task, cfg, causal=causal, lengths=lengths, model_kwargs=model_kwargs)
+    result = train(model, task, cfg)
+    label = {"scheme": scheme, "causal": causal, "seed": cfg.seed} if label is None else label
+    table = length_table(model, task, lengths, label=label, **(eval_kwargs or {}))
+    return {"model": model, "result": result, "table": table}
+
+
+def seeded_model(scheme: str, task, cfg: TrainConfig, *, causal: bool, lengths=(), model_kwargs: dict | None = None):
+    """`build_model` initialised from `cfg.seed` on `cfg.device`; `max_len` defaults to the longest
+    sequence the evaluation lengths need."""
     kwargs = dict(model_kwargs or {})
     if lengths and hasattr(task, "seq_len"):
         kwargs.setdefault("max_len", max(task.seq_len(n, causal) for n in lengths))
     elif lengths:
         kwargs.setdefault("max_len", max(lengths))
     torch.manual_seed(cfg.seed)
-    model = build_model(scheme, task.vocab_size, causal=causal, **kwargs).to(pick_device(cfg.device))
-    result = train(model, task, cfg)
-    label = {"scheme": scheme, "causal": causal, "seed": cfg.seed} if label is None else label
-    table = length_table(model, task, lengths, label=label, **(eval_kwargs or {}))
-    return {"model": model, "result": result, "table": table}
+    return build_model(scheme, task.vocab_size, causal=causal, **kwargs).to(pick_device(cfg.device))
+
+
+def run_stacked(scheme: str, task, cfgs: list, *, causal: bool, lengths=(), model_kwargs: dict | None = None,
+                eval_kwargs: dict | None = None, label: dict | None = None) -> list[dict]:
+    """`run` for several seeds of one configuration (`cfgs` differ in `seed` only), trained as one
+    stacked model (`posenc.runs.stacked`): the same models as `run` gives one by one, up to rounding."""
+    from .stacked import train_stacked
+    models = [seeded_model(scheme, task, c, causal=causal, lengths=lengths, model_kwargs=model_kwargs) for c in cfgs]
+    results = train_stacked(models, task, cfgs)
+    out = []
+    for model, result, cfg in zip(models, results, cfgs):
+        row_label = {"scheme": scheme, "causal": causal, "seed": cfg.seed} if label is None else label
+        out.append({"model": model, "result": result,
+                    "table": length_table(model, task, lengths, label=row_label, **(eval_kwargs or {}))})
+    return out
 
 
 def pretrain(scheme: str, task: MaskedLMWithCLS, cfg: TrainConfig, *, label: dict | None = None,

@@ -78,19 +78,76 @@ def execute(spec: RunSpec, store: Store, device: str = "auto") -> Record:
     return store.put(spec, record, state)
 
 
+def execute_stacked(specs: list, store: Store, device: str = "auto") -> list[Record]:
+    """Run several seeds of one spec as one stacked model (`posenc.runs.stacked`) and store each record.
+
+    Each record is the one `execute` would write, up to rounding, with "stacked": the number of
+    seeds trained together; its "seconds" is the group's wall time shared equally. ValueError
+    (`recipes.stack_refusal`) for specs that cannot be stacked.
+    """
+    from ..bench.timing import machine
+    from .recipes import STACKED, stack_refusal
+    from .train import pick_device
+    why = stack_refusal(specs)
+    if why is not None:
+        raise ValueError(f"these {len(specs)} specs cannot be stacked: {why}")
+    dev = pick_device(device)
+    with one_thread(dev):
+        t0 = time.perf_counter()
+        outs = STACKED[specs[0].recipe](specs, str(dev))
+        seconds = (time.perf_counter() - t0) / len(specs)
+    records = []
+    for spec, out in zip(specs, outs):
+        record = {"table": out["table"], "history": out["history"], "final_loss": out["final_loss"],
+                  "machine": machine(dev), "version": code_version(), "seconds": round(seconds, 2),
+                  "stacked": len(specs)}
+        state = {k: v.detach().cpu() for k, v in out["model"].state_dict().items()} if spec.keep_weights else None
+        records.append(store.put(spec, record, state))
+    return records
+
+
+def execute_group(specs: list, store: Store, device: str = "auto", report=None) -> None:
+    """Run `specs` (seeds of one spec, or one spec), stacked when they can be, else one by one; call
+    `report(key, seconds, error)` as each ends. A stacked attempt that fails (an operation without a
+    vmap rule on this device, say) falls back to one by one, the error noted in the log."""
+    report = report or (lambda *a: None)
+    from .recipes import stack_refusal
+    if len(specs) > 1 and stack_refusal(specs) is None:
+        try:
+            for spec, record in zip(specs, execute_stacked(specs, store, device)):
+                report(spec.key, record["seconds"], None)
+            return
+        except Exception as err:  # noqa: BLE001 - any failure of the stacked path: the plain one still runs
+            print(f"stacking {len(specs)} seeds of {specs[0].scheme}/{specs[0].task} failed "
+                  f"({type(err).__name__}: {err}); training them one by one", flush=True)
+    for spec in specs:
+        try:
+            record = execute(spec, store, device)
+            report(spec.key, record["seconds"], None)
+        except Exception as err:  # reported by the parent with the spec's key
+            report(spec.key, None, f"{type(err).__name__}: {err}")
+
+
+def seed_groups(specs, stack: bool) -> list[list]:
+    """`specs` as jobs: with `stack`, the seeds of one spec together (in the order of their first seed);
+    else one spec per job."""
+    if not stack:
+        return [[s] for s in specs]
+    groups: dict[str, list] = {}
+    for s in specs:
+        groups.setdefault(s.replace(seed=0).key, []).append(s)
+    return list(groups.values())
+
+
 def _worker(jobs, done, profile: str, root: str, device: str) -> None:
-    """A worker process: run specs from `jobs` until a None arrives; report (key, seconds or error)."""
+    """A worker process: run groups of specs from `jobs` until a None arrives; report (key, seconds or error)."""
     store = Store(profile, root)
     while True:
         item = jobs.get()
         if item is None:
             return
-        spec = RunSpec.from_dict(item)
-        try:
-            record = execute(spec, store, device)
-            done.put((spec.key, record["seconds"], None))
-        except Exception as err:  # reported by the parent with the spec's key
-            done.put((spec.key, None, f"{type(err).__name__}: {err}"))
+        execute_group([RunSpec.from_dict(d) for d in item], store, device,
+                      report=lambda key, seconds, error: done.put((key, seconds, error)))
 
 
 def default_workers(device: str = "auto") -> int:
@@ -102,31 +159,42 @@ def default_workers(device: str = "auto") -> int:
 
 
 def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", deadline: float | None = None,
-              progress: bool = True, desc: str = "runs") -> dict:
+              progress: bool = True, desc: str = "runs", stack_seeds: bool = False) -> dict:
     """Run `specs` (none of them stored yet), storing each as it ends.
 
     workers == 1 and no deadline: in this process. Otherwise worker processes (spawned);
     at `deadline` (seconds from now) they are killed: what finished is stored, runs in
-    flight are abandoned and the next call resumes them. Returns {"done", "failed", "abandoned"}.
+    flight are abandoned and the next call resumes them. With `stack_seeds`, the seeds of one
+    spec are one job, trained as one stacked model where they can be (`execute_group`).
+    Returns {"done", "failed", "abandoned"}.
     """
     specs = list(specs)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int; got {workers!r}")
     bar = tqdm(total=len(specs), desc=desc, disable=not progress or not specs, unit="run")
     done, failed = [], {}
-    if workers == 1 and deadline is None:
+    if workers == 1 and deadline is None and not stack_seeds:
         for spec in specs:
             execute(spec, store, device)
             done.append(spec.key)
             bar.update()
         bar.close()
         return {"done": done, "failed": failed, "abandoned": []}
+    groups = seed_groups(specs, stack_seeds)
+    if workers == 1 and deadline is None:
+        def report(key, seconds, error):
+            (failed.__setitem__(key, error) if error else done.append(key))
+            bar.update()
+        for group in groups:
+            execute_group(group, store, device, report)
+        bar.close()
+        return {"done": done, "failed": failed, "abandoned": []}
     end = None if deadline is None else time.monotonic() + deadline
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
-    for spec in specs:
-        jobs.put(spec.to_dict())
-    n = min(workers, len(specs))
+    for group in groups:
+        jobs.put([spec.to_dict() for spec in group])
+    n = min(workers, len(groups))
     for _ in range(n):
         jobs.put(None)
     procs = [ctx.Process(target=_worker, args=(jobs, results, store.profile, str(store.root), device), daemon=True)

@@ -400,3 +400,41 @@ def vit(spec, device: str = "cpu") -> dict:
             r["high res, fine-tuned"] = hi.accuracy(m, ref_grid=ref)
             rows.append(r)
     return {"table": rows, "history": result.history, "final_loss": result.final_loss, "model": model}
+
+
+#: Recipes that can train several seeds of one spec as one stacked model (`posenc.runs.stacked`):
+#: name -> fn(specs, device) -> [the recipe's output for each spec].
+STACKED: dict[str, Callable] = {}
+
+
+def stack_refusal(specs) -> str | None:
+    """Why `specs` cannot be trained as one stacked model, or None when they can: at least two, one
+    recipe with a stacked form, equal but for the seed, and a task whose batches have one shape."""
+    from .stacked import fixed_batch_shape
+    if len(specs) < 2:
+        return "a single seed"
+    first = specs[0]
+    if first.recipe not in STACKED:
+        return f"recipe {first.recipe!r} has no stacked form"
+    if len({s.replace(seed=0).key for s in specs}) > 1 or len({s.seed for s in specs}) < len(specs):
+        return "the specs differ in more than their seeds"
+    if first.train.get("random_positions"):
+        return "random_positions"
+    if not fixed_batch_shape(make_task(first.task, **first.task_kwargs)):
+        return f"task {first.task!r} draws a length per batch"
+    return None
+
+
+def sequence_stacked(specs, device: str = "cpu") -> list[dict]:
+    """The `sequence` recipe for several seeds of one spec, trained as one stacked model (`run_stacked`)."""
+    from .evaluate import run_stacked
+    spec = specs[0]
+    task = make_task(spec.task, **spec.task_kwargs)
+    model_kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
+    outs = run_stacked(spec.scheme, task, [train_config(s, device) for s in specs], causal=spec.model["causal"],
+                       lengths=spec.lengths, model_kwargs=model_kwargs, eval_kwargs=spec.eval, label={})
+    return [{"table": list(o["table"]), "history": o["result"].history, "final_loss": o["result"].final_loss,
+             "model": o["model"]} for o in outs]
+
+
+STACKED["sequence"] = sequence_stacked

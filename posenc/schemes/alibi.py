@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..scheme import register
-from ..scheme import PositionContext, Scheme
+from ..scheme import PositionContext, Scheme, cacheable
 
 def alibi_slopes(num_heads: int) -> Tensor:
     """The head slopes m_h of ALiBi: a geometric sequence starting at 2^(-8/n) with ratio 2^(-8/n).
@@ -78,6 +78,6 @@ class ALiBi(Scheme):
         if consecutive and self._last is not None and self._last[:2] == (n, pos.device):
             return self._last[2]
         bias = alibi_bias(pos, self.slopes)
-        if consecutive and not torch.is_inference_mode_enabled():
+        if consecutive and cacheable(bias):
             self._last = (n, pos.device, bias)
         return bias

@@ -87,8 +87,11 @@ def rk4_on_host_grid(func: nn.Module, p0: Tensor, times: Tensor, delta: float) -
     niters = int(torch.ceil((times[-1] - times[0]) / delta + 1))
     grid = torch.arange(0, niters, dtype=times.dtype) * delta + times[0]                   # torchdiffeq's grid
     grid[-1] = times[-1]
-    solution = torch.empty(len(times), *p0.shape, dtype=p0.dtype, device=p0.device)
-    solution[0] = p0
+    if torch._C._functorch.is_functorch_wrapped_tensor(p0):   # under torch.func.vmap: stacked, never written in place
+        solution = [p0]
+    else:                                                         # torchdiffeq's way (and its gradients, bit for bit)
+        solution = torch.empty(len(times), *p0.shape, dtype=p0.dtype, device=p0.device)
+        solution[0] = p0
     j, y0 = 1, p0
     for t0, t1 in zip(grid[:-1], grid[1:]):
         dt = t1 - t0
@@ -98,10 +101,14 @@ def rk4_on_host_grid(func: nn.Module, p0: Tensor, times: Tensor, delta: float) -
         k4 = func(t1, y0 + dt * (k1 - k2 + k3))
         y1 = y0 + (k1 + 3 * (k2 + k3) + k4) * dt * 0.125
         while j < len(times) and t1 >= times[j]:                                          # host tensors: no wait
-            solution[j] = y1 if times[j] == t1 else y0 + (times[j] - t0) / (t1 - t0) * (y1 - y0)
+            row = y1 if times[j] == t1 else y0 + (times[j] - t0) / (t1 - t0) * (y1 - y0)
+            if isinstance(solution, list):
+                solution.append(row)
+            else:
+                solution[j] = row
             j += 1
         y0 = y1
-    return solution
+    return torch.stack(solution) if isinstance(solution, list) else solution
 
 
 def host_grid(positions: Tensor, delta: float) -> tuple[Tensor, Tensor]:

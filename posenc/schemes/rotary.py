@@ -69,7 +69,7 @@ from torch import Tensor
 from ..host import to_device
 from ..compiled import CompiledOrEager
 from ..scheme import register
-from ..scheme import PositionContext, Scheme
+from ..scheme import PositionContext, Scheme, cacheable
 from .rope_scaling import ROPE_TYPES, rope_inv_freq
 
 LAYOUTS = ("interleaved", "half")
@@ -218,11 +218,16 @@ class _Rotate(torch.autograd.Function):
     `posenc.xpos`) the map is s R and its vector-Jacobian product s R^T g.
     """
 
+    generate_vmap_rule = True      # torch.func.vmap runs forward and backward on the batched tensors
+
     @staticmethod
-    def forward(ctx, x, cos, sin, layout, fused):
-        ctx.save_for_backward(cos, sin)
-        ctx.layout, ctx.fused = layout, fused
+    def forward(x, cos, sin, layout, fused):
         return _rotate_half_fused(x, cos, sin) if fused else _rotate(x, cos, sin, layout, inverse=False)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, cos, sin, ctx.layout, ctx.fused = inputs
+        ctx.save_for_backward(cos, sin)
 
     @staticmethod
     def backward(ctx, grad):
@@ -462,7 +467,7 @@ class RoPE(Scheme):
         if default and key in self._cache:
             return {"rope": self._cache[key]}
         tables = self.table(pos, (ctx.minmax() or (None, None))[1])
-        if default and not torch.is_inference_mode_enabled():
+        if default and cacheable(tables[0]):
             if len(self._cache) >= 16:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = tables

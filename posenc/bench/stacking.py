@@ -1,0 +1,48 @@
+"""Does training seeds as one stacked model pay here? Seed-steps per second, one by one against stacked.
+
+The runner's `--stack-seeds` (`posenc.runs.stacked`) trades K launches of small kernels for one
+launch of K-times-larger ones, plus the overhead of `torch.func.vmap`. Where a step is bound by
+launches and Python (small models on a large GPU) that should pay; where it is bound by
+arithmetic (the same models on a CPU) it cannot. This measures it with the real trainers, the
+batches and the optimiser included: K `posenc.train` calls against one `train_stacked` call.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..model import build_model
+from ..runs.stacked import train_stacked
+from ..runs.train import TrainConfig, train
+from ..table import Table
+from ..tasks import make_task
+from .timing import interleaved_times
+
+
+def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int = 20, seq_len: int = 128,
+                   batch_size: int = 32, d_model: int = 128, n_heads: int = 4, n_layers: int = 4, rounds: int = 3,
+                   device: str = "cpu", clock: str = "wall") -> Table:
+    """One row per scheme: wall seconds of `seeds` causal LMs trained `steps` steps on the corpus one by one
+    (`single_s`) and stacked (`stacked_s`), `speedup` = single_s / stacked_s (best of `rounds`, interleaved),
+    and the seed-steps per second of each."""
+    if not (isinstance(seeds, int) and seeds >= 2):
+        raise ValueError(f"seeds must be an int >= 2 (stacking one seed is training it); got {seeds!r}")
+    if not (isinstance(steps, int) and steps >= 1):
+        raise ValueError(f"steps must be a positive int; got {steps!r}")
+    task = make_task("corpus", train_length=seq_len)
+    cfgs = [TrainConfig(steps=steps, batch_size=batch_size, warmup=1, log_every=steps, seed=s, device=device,
+                        progress=False) for s in range(seeds)]
+    rows = Table()
+    for scheme in schemes:
+        def model(cfg):
+            torch.manual_seed(cfg.seed)
+            return build_model(scheme, task.vocab_size, causal=True, d_model=d_model, n_heads=n_heads,
+                               n_layers=n_layers, max_len=seq_len)
+
+        times = interleaved_times({"single": lambda: [train(model(c), task, c) for c in cfgs],
+                                   "stacked": lambda: train_stacked([model(c) for c in cfgs], task, cfgs)},
+                                  rounds=rounds, clock=clock, device=device)
+        single, stacked = min(times["single"]), min(times["stacked"])
+        rows.append({"scheme": scheme, "seeds": seeds, "steps": steps, "single_s": single, "stacked_s": stacked,
+                     "speedup": single / stacked, "seed_steps_per_s_single": seeds * steps / single,
+                     "seed_steps_per_s_stacked": seeds * steps / stacked})
+    return rows
