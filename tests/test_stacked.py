@@ -156,13 +156,55 @@ def test_models_that_cannot_be_stacked_are_refused_by_name():
         check_stackable(flex, cfgs_for(0, 1))
 
 
-def test_a_task_that_draws_a_length_per_batch_is_refused_before_or_at_the_first_step():
-    varying = make_task("synthetic", name="reverse", train_length=8)
-    assert not fixed_batch_shape(varying)
+@pytest.mark.parametrize("scheme", sorted(posenc.SCHEMES))
+def test_a_causal_model_reads_a_right_padded_batch_as_the_unpadded_one(scheme):
+    """What padding the seeds' batches to one length rests on: outputs before n do not change when
+    tokens are appended after n (the sequence gets longer: positions, tables and ODE grids with it)."""
+    model = small_model(scheme, causal=True)
+    x = torch.randint(0, 23, (3, 9))
+    padded = torch.cat([x, torch.randint(0, 23, (3, 7))], 1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(padded)[:, :9], model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_pad_right_pads_tokens_with_zero_and_targets_with_ignore():
+    from posenc.model import IGNORE
+    xs, ys = [torch.ones(2, 3, dtype=torch.long), torch.ones(2, 5, dtype=torch.long)], [torch.full((2, 3), 4),
+                                                                                          torch.full((2, 5), 4)]
+    px, py = stacking.pad_right(xs, ys, step=0)
+    assert [tuple(x.shape) for x in px] == [(2, 5), (2, 5)] and torch.equal(px[1], xs[1])
+    assert px[0][:, 3:].eq(0).all() and py[0][:, 3:].eq(IGNORE).all() and torch.equal(py[0][:, :3], ys[0])
+    with pytest.raises(ValueError, match="not one per token"):
+        stacking.pad_right(xs, [torch.zeros(2), torch.zeros(2)], step=0)
+
+
+def test_seeds_of_a_task_that_draws_lengths_train_padded_as_they_train_alone():
+    task = make_task("synthetic", name="reverse", train_length=8)
+    assert not fixed_batch_shape(task)
+    cfgs = cfgs_for(4, 9, steps=10, batch_size=6, warmup=2, log_every=5)
+    alone = seeded("rope", (4, 9), vocab=task.vocab_size, max_len=32)
+    stacked = seeded("rope", (4, 9), vocab=task.vocab_size, max_len=32)
+    shapes = {task.train_batch(6, posenc.runs.train.step_generator(s, t), True)[0].shape for s in (4, 9) for t in range(10)}
+    assert len(shapes) > 1                                    # the seeds' lengths do differ: padding is exercised
+    ra = [posenc.train(m, task, c) for m, c in zip(alone, cfgs)]
+    rb = train_stacked(stacked, task, cfgs)
+    for a, b, ma, mb in zip(ra, rb, alone, stacked):
+        torch.testing.assert_close([h["loss"] for h in b.history], [h["loss"] for h in a.history], rtol=1e-5, atol=0)
+        for (name, p), q in zip(ma.named_parameters(), mb.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_models_that_cannot_be_padded_are_refused_when_lengths_differ():
+    from posenc.runs.stacked import can_pad
+    task = make_task("synthetic", name="reverse", train_length=8)
     assert fixed_batch_shape(make_task("synthetic", name="reverse", train_length=8, min_train_length=8))
     assert fixed_batch_shape(make_task("corpus", train_length=16))
-    with pytest.raises(ValueError, match="differ in shape at step"):
-        train_stacked(seeded("nope", (0, 1), vocab=varying.vocab_size), varying, cfgs_for(0, 1, batch_size=2, steps=50))
+    bidirectional = seeded("nope", (0, 1), causal=False, vocab=task.vocab_size)
+    assert not can_pad(bidirectional[0]) and can_pad(seeded("nope", (0,))[0])
+    assert not can_pad(small_model("rope", scaling="dynamic", factor=2.0,
+                                   scaling_params={"original_max_position_embeddings": 16}))
+    with pytest.raises(ValueError, match="cannot be padded"):
+        train_stacked(bidirectional, task, cfgs_for(0, 1, batch_size=2, steps=50))
 
 
 def test_auto_attention_backend_is_restored_after_stacking():
@@ -183,9 +225,16 @@ def test_stack_refusal_says_why():
     assert stack_refusal([spec(0), spec(1)]) is None
     assert stack_refusal([spec(0)]) == "a single seed"
     assert "differ in more than their seeds" in stack_refusal([spec(0), spec(1, scheme="rope")])
-    assert "draws a length per batch" in stack_refusal(
-        [spec(s, task="synthetic", task_kwargs={"name": "reverse", "train_length": 8}) for s in (0, 1)])
-    assert "no stacked form" in stack_refusal([spec(s, recipe="pretrain", model={}) for s in (0, 1)])
+    varying = {"task": "synthetic", "task_kwargs": {"name": "reverse", "train_length": 8}, "eval": {}}
+    assert stack_refusal([spec(s, **varying) for s in (0, 1)]) is None          # causal: padded
+    assert "cannot be padded" in stack_refusal(
+        [spec(s, model={"d_model": 32, "causal": False}, **varying) for s in (0, 1)])
+    assert "'dynamic' scaling depends on it" in stack_refusal(
+        [spec(s, scheme="rope", model={"d_model": 32, "causal": True, "scaling": "dynamic", "factor": 2.0,
+                                       "scaling_params": {"original_max_position_embeddings": 16}}, **varying)
+         for s in (0, 1)])
+    assert "no stacked form" in stack_refusal([spec(s, recipe="classify", model={}) for s in (0, 1)])
+    assert "holds a GRU" in stack_refusal([spec(s, scheme="rnn") for s in (0, 1)])
 
 
 def test_seed_groups_keep_the_seeds_of_one_spec_together():
@@ -207,6 +256,21 @@ def test_the_runner_stores_stacked_records_close_to_the_ones_run_alone(tmp_path)
         for ra, rb in zip(a["table"], b["table"]):
             assert ra["length"] == rb["length"]
             torch.testing.assert_close(rb["nll"], ra["nll"], rtol=1e-5, atol=0)
+
+
+def test_the_runner_stacks_pretraining_seeds(tmp_path):
+    specs = [RunSpec(scheme="tupe", task="mlm_cls", task_kwargs={"train_length": 16}, model={"d_model": 32, "n_layers": 1},
+                     train={"steps": 4, "batch_size": 4, "log_every": 2, "warmup": 1}, seed=s, recipe="pretrain")
+             for s in (0, 1)]
+    assert stack_refusal(specs) is None
+    stacked, alone = Store("ci", tmp_path / "stacked"), Store("ci", tmp_path / "alone")
+    run_specs(specs, stacked, workers=1, progress=False, stack_seeds=True)
+    for s in specs:
+        execute(s, alone, "cpu")
+        a, b = alone.get(s), stacked.get(s)
+        assert b["stacked"] == 2
+        for key in ("mlm", "cls", "final_loss"):
+            torch.testing.assert_close(b["table"][0][key], a["table"][0][key], rtol=1e-5, atol=0)
 
 
 def test_a_group_whose_stacking_fails_is_trained_one_by_one(tmp_path, monkeypatch, capsys):

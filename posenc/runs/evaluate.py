@@ -77,11 +77,29 @@ def pretrain(scheme: str, task: MaskedLMWithCLS, cfg: TrainConfig, *, label: dic
 
     Returns {"model", "history", "row"}: row = {**label, "mlm", "cls", "cls_acc", "final_loss"}.
     """
+    model = pretraining_model(scheme, task, cfg, **model_kwargs)
+    result = train(model, task, cfg, loss_fn=pretraining_loss)
+    return pretraining_row(model, result, scheme, task, cfg, label)
+
+
+def pretraining_model(scheme: str, task: MaskedLMWithCLS, cfg: TrainConfig, **model_kwargs):
+    """The bidirectional model with [CLS] and a 2-way classifier, initialised from `cfg.seed` on `cfg.device`."""
     torch.manual_seed(cfg.seed)
     kwargs = {"max_len": task.train_length, **model_kwargs}
     model = build_model(scheme, task.vocab_size, causal=False, cls_token=True, num_classes=2, **kwargs)
-    model.to(pick_device(cfg.device))
-    result = train(model, task, cfg, loss_fn=pretraining_loss)
+    return model.to(pick_device(cfg.device))
+
+
+def pretraining_row(model, result, scheme: str, task: MaskedLMWithCLS, cfg: TrainConfig, label: dict | None) -> dict:
     metrics = task.evaluate(model, seed=cfg.seed, device=pick_device(cfg.device))
     row = {**(label or {"scheme": scheme, "seed": cfg.seed}), **metrics, "final_loss": result.final_loss}
     return {"model": model, "history": result.history, "row": row}
+
+
+def pretrain_stacked(scheme: str, task: MaskedLMWithCLS, cfgs: list, *, label: dict | None = None,
+                     **model_kwargs) -> list[dict]:
+    """`pretrain` for several seeds of one configuration, trained as one stacked model (`posenc.runs.stacked`)."""
+    from .stacked import train_stacked
+    models = [pretraining_model(scheme, task, c, **model_kwargs) for c in cfgs]
+    results = train_stacked(models, task, cfgs, loss_fn=pretraining_loss)
+    return [pretraining_row(m, r, scheme, task, c, label) for m, r, c in zip(models, results, cfgs)]

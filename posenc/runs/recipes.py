@@ -409,7 +409,8 @@ STACKED: dict[str, Callable] = {}
 
 def stack_refusal(specs) -> str | None:
     """Why `specs` cannot be trained as one stacked model, or None when they can: at least two, one
-    recipe with a stacked form, equal but for the seed, and a task whose batches have one shape."""
+    recipe with a stacked form, equal but for the seed, and a task whose batches have one shape or a
+    causal model (whose batches are padded to one length, `posenc.runs.stacked.pad_right`)."""
     from .stacked import fixed_batch_shape
     if len(specs) < 2:
         return "a single seed"
@@ -420,8 +421,15 @@ def stack_refusal(specs) -> str | None:
         return "the specs differ in more than their seeds"
     if first.train.get("random_positions"):
         return "random_positions"
+    recurrent = [type(m).__name__ for m in build_untrained(first).modules() if isinstance(m, torch.nn.RNNBase)]
+    if recurrent:
+        return f"its model holds a {recurrent[0]}, which torch.func.vmap cannot batch"
     if not fixed_batch_shape(make_task(first.task, **first.task_kwargs)):
-        return f"task {first.task!r} draws a length per batch"
+        from ..schemes.rotary import LENGTH_DEPENDENT
+        if not first.model.get("causal"):
+            return f"task {first.task!r} draws a length per batch, and a bidirectional model cannot be padded"
+        if first.model.get("scaling") in LENGTH_DEPENDENT:
+            return f"task {first.task!r} draws a length per batch, and RoPE's {first.model['scaling']!r} scaling depends on it"
     return None
 
 
@@ -437,4 +445,15 @@ def sequence_stacked(specs, device: str = "cpu") -> list[dict]:
              "model": o["model"]} for o in outs]
 
 
+def pretraining_stacked(specs, device: str = "cpu") -> list[dict]:
+    """The `pretrain` recipe for several seeds of one spec, trained as one stacked model (`pretrain_stacked`)."""
+    from .evaluate import pretrain_stacked
+    spec = specs[0]
+    task = make_task(spec.task, **spec.task_kwargs)
+    outs = pretrain_stacked(spec.scheme, task, [train_config(s, device) for s in specs], label={}, **spec.model)
+    return [{"table": [o["row"]], "history": o["history"], "final_loss": o["row"]["final_loss"], "model": o["model"]}
+            for o in outs]
+
+
 STACKED["sequence"] = sequence_stacked
+STACKED["pretrain"] = pretraining_stacked

@@ -16,6 +16,13 @@ gradient is clipped by its own norm,
 and AdamW, being elementwise, updates each slice exactly as it would update that seed alone.
 What differs from K separate `train` calls is rounding only: a batched matrix product adds in
 another order, so the numbers agree to float tolerance, not bit for bit (`tests/test_stacked.py`).
+
+A task that draws a length per batch gives the seeds batches of different lengths at one step.
+A causal model's outputs at positions t < n do not depend on anything after them, so each
+shorter batch is padded on the right to the longest, with token 0 and targets IGNORE: its
+logits at the real positions and its mean loss over the real targets are unchanged, and the
+padding gets no gradient (`pad_right`). A bidirectional model, or a RoPE scaling whose
+frequencies depend on the sequence length, would change under padding: those are refused.
 """
 from __future__ import annotations
 
@@ -75,10 +82,31 @@ def check_stackable(models, cfgs) -> None:
 
 
 def fixed_batch_shape(task) -> bool:
-    """Whether every training batch of `task` has one shape (no length drawn per batch), as stacking needs:
-    seeds draw their own batches, and a vmapped step takes one shape for all of them."""
+    """Whether every training batch of `task` has one shape (no length drawn per batch). Where it has not,
+    the seeds' batches are padded to one length (`pad_right`), which only a causal model allows."""
     low = getattr(task, "min_train_length", None)          # the tasks that draw a length per batch have one
     return low is None or low >= task.train_length
+
+
+def can_pad(model) -> bool:
+    """Whether right-padding leaves `model`'s outputs at the real positions unchanged: a causal model whose
+    positions do not depend on the sequence length (not RoPE's "dynamic" or "longrope" scaling)."""
+    from ..schemes.rotary import LENGTH_DEPENDENT
+    scheme = getattr(model, "scheme", None)
+    return bool(getattr(model, "causal", False)) and getattr(scheme, "scaling", None) not in LENGTH_DEPENDENT
+
+
+def pad_right(xs, ys, step: int) -> tuple[list, list]:
+    """Token batches [B, n_k] and their targets [B, n_k] padded on the right to the longest n_k: tokens with
+    0, targets with IGNORE (no loss, no gradient). ValueError for targets not aligned with the tokens."""
+    from ..model import IGNORE
+    if any(x.dim() != 2 or y.shape != x.shape for x, y in zip(xs, ys)):
+        raise ValueError(f"the seeds' batches differ in shape at step {step} "
+                         f"({[tuple(x.shape) for x in xs]}) and their targets are not one per token: "
+                         "stacking needs one batch shape (fixed_batch_shape) or padding (can_pad)")
+    n = max(x.shape[1] for x in xs)
+    pad = torch.nn.functional.pad
+    return [pad(x, (0, n - x.shape[1]), value=0) for x in xs], [pad(y, (0, n - y.shape[1]), value=IGNORE) for y in ys]
 
 
 def _shared_buffers(models) -> tuple[dict, dict]:
@@ -174,18 +202,20 @@ def _train(models, task, cfgs, loss_fn, device, dtype) -> list[TrainResult]:
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     results, window = [TrainResult() for _ in models], []
-    check = getattr(base, "check_inputs", None)
+    check, padding = getattr(base, "check_inputs", None), can_pad(base)
     t0 = time.perf_counter()
     for m in models:
         m.train()
     for step in range(cfg.steps):
         xs, ys = zip(*(task.train_batch(cfg.batch_size, step_generator(s, step), base.causal) for s in seeds))
-        if len({x.shape for x in xs}) > 1 or len({y.shape for y in ys}) > 1:
-            raise ValueError(f"the seeds' batches differ in shape at step {step} ({[tuple(x.shape) for x in xs]}): "
-                             "stacking needs a task with one batch shape (fixed_batch_shape)")
         if check is not None:
             for x in xs:
                 check(x)
+        if len({x.shape for x in xs}) > 1 or len({y.shape for y in ys}) > 1:
+            if not padding:
+                raise ValueError(f"the seeds' batches differ in shape at step {step} ({[tuple(x.shape) for x in xs]}) "
+                                 "and this model cannot be padded (can_pad: causal, no length-dependent positions)")
+            xs, ys = pad_right(xs, ys, step)
         x, y = to_device(torch.stack(xs), device), to_device(torch.stack(ys), device)
         with host_checked():
             window.append(stacked_step(step_losses, params, buffers_in, (x, y), opt, dtype, cfg.grad_clip))
