@@ -3,7 +3,8 @@
 Every CPU run uses one torch thread, whoever runs it (a notebook, the runner, a worker):
 the numbers of a spec then do not depend on how many runs share the machine, and a run
 is bit-identical wherever it is repeated on the same kind of CPU. Parallelism comes from
-worker processes, one run each.
+worker processes, one job each: a run, or with `stack_seeds` the seeds of one spec trained as
+one stacked model (`posenc.runs.stacked`; equal to the runs alone up to rounding, not bit for bit).
 """
 from __future__ import annotations
 
