@@ -7,10 +7,10 @@
 #
 # First a 20-second probe (`python -m posenc.bench --only stacking`): three seeds trained one by one
 # against the same three as one stacked model (torch.func.vmap). The runner then stacks seeds
-# (--stack-seeds) only if that measured faster here, by 1.2x or more; STACK=1 or STACK=0 skips the
-# probe and decides. The runner takes the missing `full` runs of every chapter in priority order,
-# stores each the moment it ends, and stops cleanly at the deadline (a run in flight is abandoned
-# and the next window resumes it). The store comes back through $OUT as one archive, with the
+# (--stack-seeds) only if that measured faster here, by 1.2x or more, with the same final losses
+# (within 2%: bf16 rounding); STACK=1 or STACK=0 skips the probe and decides. The runner takes
+# the missing `full` runs of every chapter in priority order, stores each the moment it ends, and
+# stops cleanly at the deadline (a run in flight is abandoned and the next window resumes it). The store comes back through $OUT as one archive, with the
 # runner's log, the probe, and the dry-run before and after.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,7 @@ if [ -z "${STACK:-}" ]; then
 import json, statistics, sys
 try:
     rows = json.load(open('$OUT/stacking.json'))['sections']['stacking']['rows']
-    print(int(statistics.median(r['speedup'] for r in rows) >= 1.2))
+    print(int(statistics.median(r['speedup'] for r in rows) >= 1.2 and max(r['loss_gap'] for r in rows) < 0.02))
 except Exception as err:
     print(0); print('no stacking probe:', err, file=sys.stderr)")
 fi

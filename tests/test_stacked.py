@@ -283,3 +283,14 @@ def test_a_group_whose_stacking_fails_is_trained_one_by_one(tmp_path, monkeypatc
     assert sorted(out["done"]) == sorted(s.key for s in specs)
     assert "training them one by one" in capsys.readouterr().out
     assert all("stacked" not in store.get(s) for s in specs)
+
+
+def test_the_stacking_benchmark_times_both_ways_and_finds_the_same_losses():
+    from posenc.bench.stacking import stacking_costs
+    rows = stacking_costs(("nope",), steps=3, seq_len=8, batch_size=2, d_model=16, n_heads=2, n_layers=1, rounds=1)
+    [row] = list(rows)
+    assert row["single_s"] > 0 and row["stacked_s"] > 0 and row["speedup"] == row["single_s"] / row["stacked_s"]
+    assert row["seed_steps_per_s_single"] == pytest.approx(3 * 3 / row["single_s"])
+    assert row["loss_gap"] < 1e-5                                  # fp32 on the CPU: rounding only
+    with pytest.raises(ValueError, match="seeds must be an int >= 2"):
+        stacking_costs(seeds=1)

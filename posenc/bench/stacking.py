@@ -23,7 +23,8 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
                    device: str = "cpu", clock: str = "wall") -> Table:
     """One row per scheme: wall seconds of `seeds` causal LMs trained `steps` steps on the corpus one by one
     (`single_s`) and stacked (`stacked_s`), `speedup` = single_s / stacked_s (best of `rounds`, interleaved),
-    and the seed-steps per second of each."""
+    the seed-steps per second of each, and `loss_gap`: the largest |stacked / alone - 1| of a seed's final
+    training loss (rounding only, if stacking is right on this device)."""
     if not (isinstance(seeds, int) and seeds >= 2):
         raise ValueError(f"seeds must be an int >= 2 (stacking one seed is training it); got {seeds!r}")
     if not (isinstance(steps, int) and steps >= 1):
@@ -38,11 +39,14 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
             return build_model(scheme, task.vocab_size, causal=True, d_model=d_model, n_heads=n_heads,
                                n_layers=n_layers, max_len=seq_len)
 
-        times = interleaved_times({"single": lambda: [train(model(c), task, c) for c in cfgs],
-                                   "stacked": lambda: train_stacked([model(c) for c in cfgs], task, cfgs)},
+        last = {}
+        times = interleaved_times({"single": lambda: last.__setitem__("single", [train(model(c), task, c) for c in cfgs]),
+                                   "stacked": lambda: last.__setitem__("stacked", train_stacked([model(c) for c in cfgs],
+                                                                                                task, cfgs))},
                                   rounds=rounds, clock=clock, device=device)
         single, stacked = min(times["single"]), min(times["stacked"])
+        gap = max(abs(b.final_loss / a.final_loss - 1) for a, b in zip(last["single"], last["stacked"]))
         rows.append({"scheme": scheme, "seeds": seeds, "steps": steps, "single_s": single, "stacked_s": stacked,
                      "speedup": single / stacked, "seed_steps_per_s_single": seeds * steps / single,
-                     "seed_steps_per_s_stacked": seeds * steps / stacked})
+                     "seed_steps_per_s_stacked": seeds * steps / stacked, "loss_gap": gap})
     return rows
