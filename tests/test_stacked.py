@@ -14,7 +14,7 @@ from posenc.host import host_checked
 from posenc.model import lm_loss
 from posenc.runs import RunSpec, Store, run_specs
 from posenc.runs.execute import execute, seed_groups
-from posenc.runs.recipes import STACKED, stack_refusal
+from posenc.runs.recipes import SPLIT, stack_refusal
 from posenc.runs.stacked import check_stackable, clip_per_seed, fixed_batch_shape, stack_models, train_stacked
 from posenc.tasks import make_task
 
@@ -233,7 +233,7 @@ def test_stack_refusal_says_why():
         [spec(s, scheme="rope", model={"d_model": 32, "causal": True, "scaling": "dynamic", "factor": 2.0,
                                        "scaling_params": {"original_max_position_embeddings": 16}}, **varying)
          for s in (0, 1)])
-    assert "no stacked form" in stack_refusal([spec(s, recipe="classify", model={}) for s in (0, 1)])
+    assert "no stacked form" in stack_refusal([spec(s, recipe="xl_memory") for s in (0, 1)])
     assert "holds a GRU" in stack_refusal([spec(s, scheme="rnn") for s in (0, 1)])
 
 
@@ -273,10 +273,37 @@ def test_the_runner_stacks_pretraining_seeds(tmp_path):
             torch.testing.assert_close(b["table"][0][key], a["table"][0][key], rtol=1e-5, atol=0)
 
 
+CLASSIFIER = dict(scheme="complex-order", task="contrast", task_kwargs={"length": 12}, model={"d_model": 32, "n_heads": 2, "n_layers": 1},
+                  recipe="classify")
+VIT = dict(scheme="learned", task="digits", task_kwargs={"image_size": 16},
+           model={"patch_size": 4, "stem": "patch", "d_model": 32, "n_heads": 2, "n_layers": 1}, recipe="vit",
+           options={"variants": [["learned, interpolated", "interpolate", False]], "hi": 32, "ft_steps": 4, "ft_lr": 1e-3})
+
+
+@pytest.mark.parametrize("kind", [CLASSIFIER, VIT], ids=["classify", "vit"])
+def test_the_runner_stacks_classifiers_and_vits_with_their_later_stages_alone(tmp_path, kind):
+    """The trainings stack; what a recipe does after (a ViT's fine-tunes at another resolution) runs per seed."""
+    specs = [RunSpec(**kind, train={"steps": 6, "batch_size": 8, "log_every": 3, "warmup": 1}, seed=s) for s in (0, 1)]
+    assert stack_refusal(specs) is None
+    stacked, alone = Store("ci", tmp_path / "stacked"), Store("ci", tmp_path / "alone")
+    out = run_specs(specs, stacked, workers=1, progress=False, stack_seeds=True)
+    assert not out["failed"]
+    for s in specs:
+        execute(s, alone, "cpu")
+        a, b = alone.get(s), stacked.get(s)
+        assert b["stacked"] == 2 and len(a["table"]) == len(b["table"])
+        torch.testing.assert_close(b["final_loss"], a["final_loss"], rtol=1e-5, atol=0)
+        for ra, rb in zip(a["table"], b["table"]):
+            assert ra.keys() == rb.keys()
+            for key, value in ra.items():
+                if isinstance(value, float):
+                    torch.testing.assert_close(rb[key], value, rtol=1e-4, atol=1e-6, msg=key)
+
+
 def test_a_group_whose_stacking_fails_is_trained_one_by_one(tmp_path, monkeypatch, capsys):
-    def broken(specs, device):
+    def broken(*args):
         raise RuntimeError("no batching rule on this device")
-    monkeypatch.setitem(STACKED, "sequence", broken)
+    monkeypatch.setattr(stacking, "train_stacked", broken)
     specs = [spec(s) for s in (0, 1)]
     store = Store("ci", tmp_path)
     out = run_specs(specs, store, workers=1, progress=False, stack_seeds=True)
@@ -294,3 +321,16 @@ def test_the_stacking_benchmark_times_both_ways_and_finds_the_same_losses():
     assert row["loss_gap"] < 1e-5                                  # fp32 on the CPU: rounding only
     with pytest.raises(ValueError, match="seeds must be an int >= 2"):
         stacking_costs(seeds=1)
+
+
+@pytest.mark.parametrize("trainer", ["alone", "stacked"])
+def test_training_draws_nothing_from_the_global_rng(trainer):
+    """What lets a stacked recipe finish each seed with the global RNG where its preparation left it."""
+    task = make_task("synthetic", name="reverse", train_length=8)
+    models = seeded("rope", (0, 1), vocab=task.vocab_size, max_len=32)
+    before = torch.get_rng_state()
+    if trainer == "alone":
+        posenc.train(models[0], task, cfgs_for(0, steps=3)[0])
+    else:
+        train_stacked(models, task, cfgs_for(0, 1, steps=3))
+    assert torch.equal(torch.get_rng_state(), before)

@@ -56,21 +56,6 @@ def seeded_model(scheme: str, task, cfg: TrainConfig, *, causal: bool, lengths=(
     return build_model(scheme, task.vocab_size, causal=causal, **kwargs).to(pick_device(cfg.device))
 
 
-def run_stacked(scheme: str, task, cfgs: list, *, causal: bool, lengths=(), model_kwargs: dict | None = None,
-                eval_kwargs: dict | None = None, label: dict | None = None) -> list[dict]:
-    """`run` for several seeds of one configuration (`cfgs` differ in `seed` only), trained as one
-    stacked model (`posenc.runs.stacked`): the same models as `run` gives one by one, up to rounding."""
-    from .stacked import train_stacked
-    models = [seeded_model(scheme, task, c, causal=causal, lengths=lengths, model_kwargs=model_kwargs) for c in cfgs]
-    results = train_stacked(models, task, cfgs)
-    out = []
-    for model, result, cfg in zip(models, results, cfgs):
-        row_label = {"scheme": scheme, "causal": causal, "seed": cfg.seed} if label is None else label
-        out.append({"model": model, "result": result,
-                    "table": length_table(model, task, lengths, label=row_label, **(eval_kwargs or {}))})
-    return out
-
-
 def pretrain(scheme: str, task: MaskedLMWithCLS, cfg: TrainConfig, *, label: dict | None = None,
              **model_kwargs) -> dict:
     """Seed, build (with [CLS] and a 2-way classifier), pre-train and evaluate one model.
@@ -94,12 +79,3 @@ def pretraining_row(model, result, scheme: str, task: MaskedLMWithCLS, cfg: Trai
     metrics = task.evaluate(model, seed=cfg.seed, device=pick_device(cfg.device))
     row = {**(label or {"scheme": scheme, "seed": cfg.seed}), **metrics, "final_loss": result.final_loss}
     return {"model": model, "history": result.history, "row": row}
-
-
-def pretrain_stacked(scheme: str, task: MaskedLMWithCLS, cfgs: list, *, label: dict | None = None,
-                     **model_kwargs) -> list[dict]:
-    """`pretrain` for several seeds of one configuration, trained as one stacked model (`posenc.runs.stacked`)."""
-    from .stacked import train_stacked
-    models = [pretraining_model(scheme, task, c, **model_kwargs) for c in cfgs]
-    results = train_stacked(models, task, cfgs, loss_fn=pretraining_loss)
-    return [pretraining_row(m, r, scheme, task, c, label) for m, r, c in zip(models, results, cfgs)]

@@ -87,7 +87,7 @@ def execute_stacked(specs: list, store: Store, device: str = "auto") -> list[Rec
     (`recipes.stack_refusal`) for specs that cannot be stacked.
     """
     from ..bench.timing import machine
-    from .recipes import STACKED, stack_refusal
+    from .recipes import run_stacked, stack_refusal
     from .train import pick_device
     why = stack_refusal(specs)
     if why is not None:
@@ -95,7 +95,7 @@ def execute_stacked(specs: list, store: Store, device: str = "auto") -> list[Rec
     dev = pick_device(device)
     with one_thread(dev):
         t0 = time.perf_counter()
-        outs = STACKED[specs[0].recipe](specs, str(dev))
+        outs = run_stacked(specs, str(dev))
         seconds = (time.perf_counter() - t0) / len(specs)
     records = []
     for spec, out in zip(specs, outs):

@@ -6,12 +6,13 @@ and writes the record. Chapters never train: they declare specs whose recipe doe
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from ..tasks import make_task
-from .evaluate import pretrain, run
+from .evaluate import run
 from .train import TrainConfig
 
 RECIPES: dict[str, Callable] = {}
@@ -22,6 +23,36 @@ def recipe(name: str):
     def add(fn):
         RECIPES[name] = fn
         return fn
+    return add
+
+
+@dataclass
+class Training:
+    """A recipe's one training run, declared: `train(model, task, cfg, loss_fn)`, then `finish(result)`
+    gives the recipe's output. A recipe in this form trains alone, or stacked with other seeds."""
+
+    model: torch.nn.Module
+    task: object
+    cfg: TrainConfig
+    finish: Callable
+    loss_fn: Callable | None = None
+
+
+#: Recipes written as prepare(spec, device) -> `Training`: name -> prepare.
+SPLIT: dict[str, Callable] = {}
+
+
+def split_recipe(name: str):
+    """Register `prepare(spec, device) -> Training` as recipe `name`; returns the recipe (train, then finish)."""
+    def add(prepare):
+        def alone(spec, device: str = "cpu") -> dict:
+            from .train import train
+            t = prepare(spec, device)
+            return t.finish(train(t.model, t.task, t.cfg, loss_fn=t.loss_fn))
+        alone.__name__, alone.__doc__ = prepare.__name__, prepare.__doc__
+        SPLIT[name] = prepare
+        RECIPES[name] = alone
+        return alone
     return add
 
 
@@ -46,8 +77,8 @@ def model_max_len(spec, task) -> int | None:
     return max(need) if need else None
 
 
-@recipe("sequence")
-def sequence(spec, device: str = "cpu") -> dict:
+@split_recipe("sequence")
+def sequence(spec, device: str = "cpu") -> Training:
     """`posenc.build_model(spec.scheme, ...)` trained on the task, then `task.evaluate` at each length.
 
     With train random_positions=M the model trains on randomized positions (`posenc.runs.train`)
@@ -56,6 +87,7 @@ def sequence(spec, device: str = "cpu") -> dict:
     evaluation batch at a sorted random subset of [0, M), `RandomPositions` seeded per length) or
     "both"; with the option, every row says which in a "positions" column ("0..n-1" or "random").
     """
+    from .evaluate import length_table, seeded_model
     task = make_task(spec.task, **spec.task_kwargs)
     model_kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
     if spec.train.get("random_positions") and model_max_len(spec, task) is not None:
@@ -64,14 +96,17 @@ def sequence(spec, device: str = "cpu") -> dict:
     if mode is not None and (mode not in EVAL_POSITIONS or not spec.train.get("random_positions")):
         raise ValueError(f"options['eval_positions'] must be one of {EVAL_POSITIONS} and needs train "
                          f"random_positions; got {mode!r} with random_positions={spec.train.get('random_positions')}")
-    out = run(spec.scheme, task, train_config(spec, device), causal=spec.model["causal"], lengths=spec.lengths,
-              model_kwargs=model_kwargs, eval_kwargs=spec.eval, label={})
-    table = list(out["table"])
-    if mode is not None:
-        table = [{"positions": "0..n-1", **r} for r in table] if mode != "random" else []
-        table += random_position_table(out["model"], task, spec) if mode != "ordinary" else []
-    return {"table": table, "history": out["result"].history, "final_loss": out["result"].final_loss,
-            "model": out["model"]}
+    cfg = train_config(spec, device)
+    model = seeded_model(spec.scheme, task, cfg, causal=spec.model["causal"], lengths=spec.lengths,
+                         model_kwargs=model_kwargs)
+
+    def finish(result) -> dict:
+        table = list(length_table(model, task, spec.lengths, label={}, **spec.eval))
+        if mode is not None:
+            table = [{"positions": "0..n-1", **r} for r in table] if mode != "random" else []
+            table += random_position_table(model, task, spec) if mode != "ordinary" else []
+        return {"table": table, "history": result.history, "final_loss": result.final_loss, "model": model}
+    return Training(model, task, cfg, finish)
 
 
 def random_position_table(model, task, spec) -> list:
@@ -86,13 +121,19 @@ def random_position_table(model, task, spec) -> list:
     return rows
 
 
-@recipe("pretrain")
-def masked_pretraining(spec, device: str = "cpu") -> dict:
+@split_recipe("pretrain")
+def masked_pretraining(spec, device: str = "cpu") -> Training:
     """Masked-LM + [CLS] pre-training (TUPE and DeBERTa's chapters): one row of held-out metrics."""
+    from ..tasks.pretraining import pretraining_loss
+    from .evaluate import pretraining_model, pretraining_row
     task = make_task(spec.task, **spec.task_kwargs)
-    out = pretrain(spec.scheme, task, train_config(spec, device), label={}, **spec.model)
-    return {"table": [out["row"]], "history": out["history"], "final_loss": out["row"]["final_loss"],
-            "model": out["model"]}
+    cfg = train_config(spec, device)
+    model = pretraining_model(spec.scheme, task, cfg, **spec.model)
+
+    def finish(result) -> dict:
+        row = pretraining_row(model, result, spec.scheme, task, cfg, {})["row"]
+        return {"table": [row], "history": result.history, "final_loss": row["final_loss"], "model": model}
+    return Training(model, task, cfg, finish, pretraining_loss)
 
 
 def get_recipe(name: str) -> Callable:
@@ -184,8 +225,8 @@ def xl_memory(spec, device: str = "cpu") -> dict:
     return {"table": rows, "history": result.history, "final_loss": result.final_loss, "model": model}
 
 
-@recipe("classify")
-def classify(spec, device: str = "cpu") -> dict:
+@split_recipe("classify")
+def classify(spec, device: str = "cpu") -> Training:
     """Chapter 10: a sentence classifier (`posenc.schemes.complex_order.build_classifier`) on an order task.
 
     `spec.scheme` names the classifier family (complex-order, complex-vanilla, or any scheme);
@@ -193,15 +234,17 @@ def classify(spec, device: str = "cpu") -> dict:
     """
     from ..model import classification_loss
     from ..schemes.complex_order import build_classifier
-    from .train import pick_device, train
+    from .train import pick_device
     task = make_task(spec.task, **spec.task_kwargs)
     torch.manual_seed(spec.seed)
     model = build_classifier(spec.scheme, task.vocab_size, 2, max_len=task.length, **spec.model)
     model.to(pick_device(device))
-    result = train(model, task, train_config(spec, device), loss_fn=classification_loss)
-    row = {"parameters": sum(p.numel() for p in model.parameters()),
-           "accuracy": task.evaluate(model.cpu())["accuracy"], "final_loss": result.final_loss}
-    return {"table": [row], "history": result.history, "final_loss": result.final_loss, "model": model}
+
+    def finish(result) -> dict:
+        row = {"parameters": sum(p.numel() for p in model.parameters()),
+               "accuracy": task.evaluate(model.cpu())["accuracy"], "final_loss": result.final_loss}
+        return {"table": [row], "history": result.history, "final_loss": result.final_loss, "model": model}
+    return Training(model, task, train_config(spec, device), finish, classification_loss)
 
 
 @recipe("rope_extension")
@@ -349,20 +392,19 @@ def cnn_position(spec, device: str = "cpu") -> dict:
     return {"table": [row], "history": result.history, "final_loss": result.final_loss, "model": model}
 
 
-@recipe("vit")
-def vit(spec, device: str = "cpu") -> dict:
+@split_recipe("vit")
+def vit(spec, device: str = "cpu") -> Training:
     """Chapter 13: a ViT (`posenc.vision.build_vit`) on the shipped digits, and its change of resolution.
 
     model: patch_size, stem, d_model, n_heads, n_layers; the task's image_size is the training
-    resolution; options["train_images"] = n trains on the first n images of the fixed training split. Rows: {"part": "base", "test accuracy"} (a learned table adds its patch table
-    before and after training); with options["variants"] = [[name, resize mode or None, scaled
-    coordinates], ...] and options hi, ft_steps, ft_lr: one {"part": "resolution", variant,
-    "low res", "high res, no fine-tune", "high res, fine-tuned"} row per variant.
+    resolution; options["train_images"] = n trains on the first n images of the fixed training split.
+    Rows: {"part": "base", "test accuracy"} (a learned table adds its patch table before and after
+    training); with options["variants"] = [[name, resize mode or None, scaled coordinates], ...] and
+    options hi, ft_steps, ft_lr: one {"part": "resolution", variant, "low res", "high res, no
+    fine-tune", "high res, fine-tuned"} row per variant (each fine-tuned from a copy of the model).
     """
-    import copy
-    from ..model import classification_loss
     from ..vision import build_vit
-    from .train import pick_device, train
+    from .train import pick_device
     lo = make_task(spec.task, **spec.task_kwargs)
     if spec.options.get("train_images"):                    # the data-size sweep: the first n training images
         lo = lo.subset(spec.options["train_images"])
@@ -371,40 +413,47 @@ def vit(spec, device: str = "cpu") -> dict:
     init_table = model.scheme.patch_table().detach().clone() if spec.scheme == "learned" else None
     model.to(pick_device(device))
 
-    def fit(m, task, cfg, ref_grid=None):
-        return train(m, task, cfg, loss_fn=lambda mm, x, y: classification_loss(mm, x, y, ref_grid=ref_grid))
+    def finish(result) -> dict:
+        row = {"part": "base", "test accuracy": lo.accuracy(model)}
+        if init_table is not None:
+            row |= {"init_patch_table": init_table.tolist(),
+                    "patch_table": model.scheme.patch_table().detach().cpu().tolist()}
+        rows = [row] + (resolution_rows(model, lo, spec, device) if spec.options.get("variants") else [])
+        return {"table": rows, "history": result.history, "final_loss": result.final_loss, "model": model}
+    return Training(model, lo, train_config(spec, device), finish, vit_loss(None))
 
-    result = fit(model, lo, train_config(spec, device))
-    row = {"part": "base", "test accuracy": lo.accuracy(model)}
-    if init_table is not None:
-        row |= {"init_patch_table": init_table.tolist(), "patch_table": model.scheme.patch_table().detach().cpu().tolist()}
-    rows = [row]
+
+def vit_loss(ref_grid):
+    """The ViT's classification loss with its patch coordinates read on `ref_grid` (None: its own grid)."""
+    from ..model import classification_loss
+    return lambda m, x, y: classification_loss(m, x, y, ref_grid=ref_grid)
+
+
+def resolution_rows(model, lo, spec, device: str) -> list:
+    """The `vit` recipe's change of resolution: each variant of options["variants"] on a copy of the model."""
+    import copy
+    from .train import train
     opts = spec.options
-    if opts.get("variants"):
-        hi = make_task(spec.task, **{**spec.task_kwargs, "image_size": opts["hi"],
-                                     "max_shift": 2 * spec.task_kwargs.get("max_shift", 0)})
-        patch = spec.model["patch_size"]
-        g_lo, g_hi = (lo.image_size // patch,) * 2, (opts["hi"] // patch,) * 2
-        for name, mode, scaled in opts["variants"]:
-            m = copy.deepcopy(model)
-            ref = g_lo if scaled else None
-            r = {"part": "resolution", "variant": name, "low res": lo.accuracy(m)}
-            if mode:
-                m.scheme.resize_(g_hi, mode)
-            r["high res, no fine-tune"] = hi.accuracy(m, ref_grid=ref)
-            ft = opts["ft_steps"]
-            cfg = TrainConfig(steps=ft, batch_size=spec.train["batch_size"], lr=opts["ft_lr"],
-                              warmup=max(1, min(100, ft // 5)), seed=spec.seed, log_every=max(1, ft // 20),
-                              progress=False, device=device)
-            fit(m, hi, cfg, ref)
-            r["high res, fine-tuned"] = hi.accuracy(m, ref_grid=ref)
-            rows.append(r)
-    return {"table": rows, "history": result.history, "final_loss": result.final_loss, "model": model}
-
-
-#: Recipes that can train several seeds of one spec as one stacked model (`posenc.runs.stacked`):
-#: name -> fn(specs, device) -> [the recipe's output for each spec].
-STACKED: dict[str, Callable] = {}
+    hi = make_task(spec.task, **{**spec.task_kwargs, "image_size": opts["hi"],
+                                 "max_shift": 2 * spec.task_kwargs.get("max_shift", 0)})
+    patch = spec.model["patch_size"]
+    g_lo, g_hi = (lo.image_size // patch,) * 2, (opts["hi"] // patch,) * 2
+    rows = []
+    for name, mode, scaled in opts["variants"]:
+        m = copy.deepcopy(model)
+        ref = g_lo if scaled else None
+        r = {"part": "resolution", "variant": name, "low res": lo.accuracy(m)}
+        if mode:
+            m.scheme.resize_(g_hi, mode)
+        r["high res, no fine-tune"] = hi.accuracy(m, ref_grid=ref)
+        ft = opts["ft_steps"]
+        cfg = TrainConfig(steps=ft, batch_size=spec.train["batch_size"], lr=opts["ft_lr"],
+                          warmup=max(1, min(100, ft // 5)), seed=spec.seed, log_every=max(1, ft // 20),
+                          progress=False, device=device)
+        train(m, hi, cfg, loss_fn=vit_loss(ref))
+        r["high res, fine-tuned"] = hi.accuracy(m, ref_grid=ref)
+        rows.append(r)
+    return rows
 
 
 def stack_refusal(specs) -> str | None:
@@ -415,13 +464,17 @@ def stack_refusal(specs) -> str | None:
     if len(specs) < 2:
         return "a single seed"
     first = specs[0]
-    if first.recipe not in STACKED:
+    if first.recipe not in SPLIT:
         return f"recipe {first.recipe!r} has no stacked form"
     if len({s.replace(seed=0).key for s in specs}) > 1 or len({s.seed for s in specs}) < len(specs):
         return "the specs differ in more than their seeds"
     if first.train.get("random_positions"):
         return "random_positions"
-    recurrent = [type(m).__name__ for m in build_untrained(first).modules() if isinstance(m, torch.nn.RNNBase)]
+    try:
+        model = build_untrained(first)
+    except ValueError:                       # a recipe that builds its model otherwise: `check_stackable` sees it
+        model = torch.nn.Module()
+    recurrent = [type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RNNBase)]
     if recurrent:
         return f"its model holds a {recurrent[0]}, which torch.func.vmap cannot batch"
     if not fixed_batch_shape(make_task(first.task, **first.task_kwargs)):
@@ -433,27 +486,21 @@ def stack_refusal(specs) -> str | None:
     return None
 
 
-def sequence_stacked(specs, device: str = "cpu") -> list[dict]:
-    """The `sequence` recipe for several seeds of one spec, trained as one stacked model (`run_stacked`)."""
-    from .evaluate import run_stacked
-    spec = specs[0]
-    task = make_task(spec.task, **spec.task_kwargs)
-    model_kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
-    outs = run_stacked(spec.scheme, task, [train_config(s, device) for s in specs], causal=spec.model["causal"],
-                       lengths=spec.lengths, model_kwargs=model_kwargs, eval_kwargs=spec.eval, label={})
-    return [{"table": list(o["table"]), "history": o["result"].history, "final_loss": o["result"].final_loss,
-             "model": o["model"]} for o in outs]
-
-
-def pretraining_stacked(specs, device: str = "cpu") -> list[dict]:
-    """The `pretrain` recipe for several seeds of one spec, trained as one stacked model (`pretrain_stacked`)."""
-    from .evaluate import pretrain_stacked
-    spec = specs[0]
-    task = make_task(spec.task, **spec.task_kwargs)
-    outs = pretrain_stacked(spec.scheme, task, [train_config(s, device) for s in specs], label={}, **spec.model)
-    return [{"table": [o["row"]], "history": o["history"], "final_loss": o["row"]["final_loss"], "model": o["model"]}
-            for o in outs]
-
-
-STACKED["sequence"] = sequence_stacked
-STACKED["pretrain"] = pretraining_stacked
+def run_stacked(specs, device: str = "cpu") -> list[dict]:
+    """The outputs of a `split_recipe` for several seeds of one spec, their trainings stacked into one
+    (`posenc.runs.stacked.train_stacked`): each model prepared as alone, trained with the others, then
+    finished with the global RNG where its own preparation left it (as when it trains alone, which
+    draws nothing from it)."""
+    from .stacked import train_stacked
+    prepare = SPLIT[specs[0].recipe]
+    trainings, states = [], []
+    for spec in specs:
+        trainings.append(prepare(spec, device))
+        states.append(torch.get_rng_state())
+    first = trainings[0]
+    results = train_stacked([t.model for t in trainings], first.task, [t.cfg for t in trainings], first.loss_fn)
+    outs = []
+    for t, result, state in zip(trainings, results, states):
+        torch.set_rng_state(state)
+        outs.append(t.finish(result))
+    return outs
