@@ -66,15 +66,21 @@ def one_thread(device: torch.device):
 
 def execute(spec: RunSpec, store: Store, device: str = "auto") -> Record:
     """Run one spec with its recipe and write its record (and weights) to `store`."""
-    from ..bench.timing import machine
     from .train import pick_device
     dev = pick_device(device)
     with one_thread(dev):
         t0 = time.perf_counter()
         out = get_recipe(spec.recipe)(spec, str(dev))
         seconds = time.perf_counter() - t0
-        record = {"table": out["table"], "history": out["history"], "final_loss": out["final_loss"],
-                  "machine": machine(dev), "version": code_version(), "seconds": round(seconds, 2)}
+    return _store(spec, out, store, dev, seconds)
+
+
+def _store(spec: RunSpec, out: dict, store: Store, dev: torch.device, seconds: float, **extra) -> Record:
+    """Write a recipe's output as `spec`'s record (machine, code version, wall time, `extra`), with its
+    weights when the spec keeps them."""
+    from ..bench.timing import machine
+    record = {"table": out["table"], "history": out["history"], "final_loss": out["final_loss"],
+              "machine": machine(dev), "version": code_version(), "seconds": round(seconds, 2), **extra}
     state = {k: v.detach().cpu() for k, v in out["model"].state_dict().items()} if spec.keep_weights else None
     return store.put(spec, record, state)
 
@@ -86,7 +92,6 @@ def execute_stacked(specs: list, store: Store, device: str = "auto") -> list[Rec
     seeds trained together; its "seconds" is the group's wall time shared equally. ValueError
     (`recipes.stack_refusal`) for specs that cannot be stacked.
     """
-    from ..bench.timing import machine
     from .recipes import run_stacked, stack_refusal
     from .train import pick_device
     why = stack_refusal(specs)
@@ -97,14 +102,7 @@ def execute_stacked(specs: list, store: Store, device: str = "auto") -> list[Rec
         t0 = time.perf_counter()
         outs = run_stacked(specs, str(dev))
         seconds = (time.perf_counter() - t0) / len(specs)
-    records = []
-    for spec, out in zip(specs, outs):
-        record = {"table": out["table"], "history": out["history"], "final_loss": out["final_loss"],
-                  "machine": machine(dev), "version": code_version(), "seconds": round(seconds, 2),
-                  "stacked": len(specs)}
-        state = {k: v.detach().cpu() for k, v in out["model"].state_dict().items()} if spec.keep_weights else None
-        records.append(store.put(spec, record, state))
-    return records
+    return [_store(spec, out, store, dev, seconds, stacked=len(specs)) for spec, out in zip(specs, outs)]
 
 
 def execute_group(specs: list, store: Store, device: str = "auto", report=None) -> None:
