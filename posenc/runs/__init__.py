@@ -6,7 +6,8 @@
     runs = posenc.runs.chapter("11_rope")                 # a chapter's declared runs, largest profile stored
 
 `python -m posenc.runs --profile full --deadline 540` runs every chapter's missing
-runs with worker processes and keeps whatever finished.
+runs with worker processes and keeps whatever finished; `--stack-seeds` trains the seeds
+of one spec as one stacked model where they can be (`posenc.runs.stacked`).
 """
 from .spec import RunSpec
 from .store import PROFILES, Record, Store, atomic_write, results_root
