@@ -134,6 +134,8 @@ class Scheme(nn.Module):
     shift_invariant = False
     #: Only defined for causal models (e.g. xPos's decaying scale).
     causal_only = False
+    #: Runs under `torch.func.vmap` (seeds trained as one stacked model, `posenc.runs.stacked`).
+    vmappable = True
 
     #: The hooks a scheme may override, in the order a forward pass calls them.
     HOOKS = ("prepare", "embed", "layer_input", "transform_qk", "layer_transform_qk", "logit_bias", "layer_logit_bias",

@@ -21,7 +21,7 @@ OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
-python3 -m posenc.runs --profile full --dry-run > "$OUT/dry_run_before.txt" 2>&1
+python3 -m posenc.runs --profile full --dry-run --stack-seeds > "$OUT/dry_run_before.txt" 2>&1
 if [ -z "${STACK:-}" ]; then
     timeout 45 python3 -m posenc.bench --only stacking --rounds 3 --save "$OUT/stacking.json" 2>&1 | tee "$OUT/stacking.log"
     STACK=$(python3 -c "

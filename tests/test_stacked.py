@@ -15,13 +15,13 @@ from posenc.model import lm_loss
 from posenc.runs import RunSpec, Store, run_specs
 from posenc.runs.execute import execute, seed_groups
 from posenc.runs.recipes import SPLIT, stack_refusal
-from posenc.runs.stacked import check_stackable, clip_per_seed, fixed_batch_shape, stack_models, train_stacked
+from posenc.runs.stacked import check_stackable, clip_per_seed, stack_models, train_stacked
 from posenc.tasks import make_task
 
 from conftest import small_model
 from test_host_sync import HostReads, RandomTokens
 
-VMAP_SCHEMES = sorted(set(posenc.SCHEMES) - {"rnn"})      # nn.GRU has no vmap rule (refused: see below)
+VMAP_SCHEMES = sorted(name for name, cls in posenc.SCHEMES.items() if cls.vmappable)
 #: On the CPU, SDPA's fused kernel has no vmap rule and runs copy by copy (correct, slower): PyTorch warns.
 pytestmark = pytest.mark.filterwarnings("ignore:There is a performance drop because we have not yet implemented")
 
@@ -57,6 +57,14 @@ def test_every_scheme_runs_under_vmap_as_it_runs_alone(scheme, causal):
         for name, p in model.named_parameters():
             if p.grad is not None:
                 torch.testing.assert_close(params[name].grad[k], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("scheme", sorted(set(posenc.SCHEMES) - set(VMAP_SCHEMES)))
+def test_a_scheme_marked_not_vmappable_indeed_fails_under_vmap(scheme):
+    models = seeded(scheme, (1, 2))
+    params, buffers = stack_module_state(models)
+    with pytest.raises(RuntimeError), host_checked():
+        vmap(lambda p, b, x: functional_call(models[0], (p, b), (x,)))(params, buffers, torch.randint(0, 23, (2, 3, 8)))
 
 
 @pytest.mark.parametrize("scheme", ["rope", "t5", "floater", "learned", "alibi", "xl"])
@@ -180,7 +188,6 @@ def test_pad_right_pads_tokens_with_zero_and_targets_with_ignore():
 
 def test_seeds_of_a_task_that_draws_lengths_train_padded_as_they_train_alone():
     task = make_task("synthetic", name="reverse", train_length=8)
-    assert not fixed_batch_shape(task)
     cfgs = cfgs_for(4, 9, steps=10, batch_size=6, warmup=2, log_every=5)
     alone = seeded("rope", (4, 9), vocab=task.vocab_size, max_len=32)
     stacked = seeded("rope", (4, 9), vocab=task.vocab_size, max_len=32)
@@ -197,8 +204,6 @@ def test_seeds_of_a_task_that_draws_lengths_train_padded_as_they_train_alone():
 def test_models_that_cannot_be_padded_are_refused_when_lengths_differ():
     from posenc.runs.stacked import can_pad
     task = make_task("synthetic", name="reverse", train_length=8)
-    assert fixed_batch_shape(make_task("synthetic", name="reverse", train_length=8, min_train_length=8))
-    assert fixed_batch_shape(make_task("corpus", train_length=16))
     bidirectional = seeded("nope", (0, 1), causal=False, vocab=task.vocab_size)
     assert not can_pad(bidirectional[0]) and can_pad(seeded("nope", (0,))[0])
     assert not can_pad(small_model("rope", scaling="dynamic", factor=2.0,
@@ -229,12 +234,14 @@ def test_stack_refusal_says_why():
     assert stack_refusal([spec(s, **varying) for s in (0, 1)]) is None          # causal: padded
     assert "cannot be padded" in stack_refusal(
         [spec(s, model={"d_model": 32, "causal": False}, **varying) for s in (0, 1)])
+    one_length = {**varying, "task_kwargs": {"name": "reverse", "train_length": 8, "min_train_length": 8}}
+    assert stack_refusal([spec(s, model={"d_model": 32, "causal": False}, **one_length) for s in (0, 1)]) is None
     assert "'dynamic' scaling depends on it" in stack_refusal(
         [spec(s, scheme="rope", model={"d_model": 32, "causal": True, "scaling": "dynamic", "factor": 2.0,
                                        "scaling_params": {"original_max_position_embeddings": 16}}, **varying)
          for s in (0, 1)])
     assert "no stacked form" in stack_refusal([spec(s, recipe="xl_memory") for s in (0, 1)])
-    assert "holds a GRU" in stack_refusal([spec(s, scheme="rnn") for s in (0, 1)])
+    assert "does not run under torch.func.vmap" in stack_refusal([spec(s, scheme="rnn") for s in (0, 1)])
 
 
 def test_seed_groups_keep_the_seeds_of_one_spec_together():
@@ -334,3 +341,10 @@ def test_training_draws_nothing_from_the_global_rng(trainer):
     else:
         train_stacked(models, task, cfgs_for(0, 1, steps=3))
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_the_dry_run_says_how_much_would_stack():
+    from posenc.runs.__main__ import stacking_summary
+    specs = [spec(0), spec(1), spec(2), spec(0, scheme="rnn"), spec(1, scheme="rnn"), spec(0, scheme="rope")]
+    text = stacking_summary(specs)
+    assert text.startswith("--stack-seeds: 3 of 6 runs in 1 stacked groups (")

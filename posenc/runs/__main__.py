@@ -22,7 +22,7 @@ import torch
 
 from .costs import STEP_OVERHEAD, THROUGHPUT, WINDOW, estimate_seconds, fit, window_seconds
 from .ensure import missing
-from .execute import default_workers, run_specs
+from .execute import default_workers, run_specs, seed_groups
 from .plans import names, plan
 from .store import PROFILES, Store
 
@@ -38,6 +38,18 @@ def collect(chapters, profile: str) -> list:
                 seen.add(spec.key)
                 out.append((rank, name, spec))
     return [(name, spec) for _, name, spec in sorted(out, key=lambda t: t[0])]
+
+
+def stacking_summary(specs) -> str:
+    """How many of `specs` `--stack-seeds` would train stacked, and their share of the estimated GPU time."""
+    from .recipes import stack_refusal
+    groups = seed_groups(specs, stack=True)
+    stacked = [g for g in groups if stack_refusal(g) is None]
+    runs = sum(len(g) for g in stacked)
+    share = sum(estimate_seconds(s, "cuda") for g in stacked for s in g) / max(
+        sum(estimate_seconds(s, "cuda") for s in specs), 1e-9)
+    return (f"--stack-seeds: {runs} of {len(specs)} runs in {len(stacked)} stacked groups "
+            f"({share:.0%} of the estimated GPU time); the rest one by one")
 
 
 def declared(profile: str) -> list:
@@ -123,6 +135,8 @@ def main(argv=None) -> int:
         wall = window_seconds([s for _, s in todo])
         print(f"one H200 with {WINDOW['workers']} workers: about {wall / 60:.1f} min of wall time "
               f"(the design's window: {WINDOW['seconds'] / 60:.0f} min)")
+        if args.stack_seeds:
+            print(stacking_summary([s for _, s in todo]))
         return 0
     if not todo:
         print(f"nothing to run: every {args.profile} run of {len(chapters)} chapters is stored in {store.folder}")

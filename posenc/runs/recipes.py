@@ -458,9 +458,11 @@ def resolution_rows(model, lo, spec, device: str) -> list:
 
 def stack_refusal(specs) -> str | None:
     """Why `specs` cannot be trained as one stacked model, or None when they can: at least two, one
-    recipe with a stacked form, equal but for the seed, and a task whose batches have one shape or a
-    causal model (whose batches are padded to one length, `posenc.runs.stacked.pad_right`)."""
-    from .stacked import fixed_batch_shape
+    recipe with a stacked form, equal but for the seed, a scheme that runs under vmap, and a task
+    whose batches have one shape or a causal model (whose batches are padded to one length,
+    `posenc.runs.stacked.pad_right`). Read from the specs alone: nothing is built."""
+    from ..scheme import SCHEMES
+    from ..schemes.rotary import LENGTH_DEPENDENT
     if len(specs) < 2:
         return "a single seed"
     first = specs[0]
@@ -470,15 +472,10 @@ def stack_refusal(specs) -> str | None:
         return "the specs differ in more than their seeds"
     if first.train.get("random_positions"):
         return "random_positions"
-    try:
-        model = build_untrained(first)
-    except ValueError:                       # a recipe that builds its model otherwise: `check_stackable` sees it
-        model = torch.nn.Module()
-    recurrent = [type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.RNNBase)]
-    if recurrent:
-        return f"its model holds a {recurrent[0]}, which torch.func.vmap cannot batch"
-    if not fixed_batch_shape(make_task(first.task, **first.task_kwargs)):
-        from ..schemes.rotary import LENGTH_DEPENDENT
+    if not getattr(SCHEMES.get(first.scheme), "vmappable", True):
+        return f"scheme {first.scheme!r} does not run under torch.func.vmap"
+    low, length = first.task_kwargs.get("min_train_length"), first.task_kwargs.get("train_length")
+    if low is not None and length is not None and low < length:      # a length drawn per batch: padded
         if not first.model.get("causal"):
             return f"task {first.task!r} draws a length per batch, and a bidirectional model cannot be padded"
         if first.model.get("scaling") in LENGTH_DEPENDENT:

@@ -81,13 +81,6 @@ def check_stackable(models, cfgs) -> None:
         raise ValueError("fp16 needs a loss scaler per seed; stacked seeds train in bf16 or fp32 (amp='bf16'/'off')")
 
 
-def fixed_batch_shape(task) -> bool:
-    """Whether every training batch of `task` has one shape (no length drawn per batch). Where it has not,
-    the seeds' batches are padded to one length (`pad_right`), which only a causal model allows."""
-    low = getattr(task, "min_train_length", None)          # the tasks that draw a length per batch have one
-    return low is None or low >= task.train_length
-
-
 def can_pad(model) -> bool:
     """Whether right-padding leaves `model`'s outputs at the real positions unchanged: a causal model whose
     positions do not depend on the sequence length (not RoPE's "dynamic" or "longrope" scaling)."""
@@ -103,7 +96,7 @@ def pad_right(xs, ys, step: int) -> tuple[list, list]:
     if any(x.dim() != 2 or y.shape != x.shape for x, y in zip(xs, ys)):
         raise ValueError(f"the seeds' batches differ in shape at step {step} "
                          f"({[tuple(x.shape) for x in xs]}) and their targets are not one per token: "
-                         "stacking needs one batch shape (fixed_batch_shape) or padding (can_pad)")
+                         "stacking needs one batch shape or padding (can_pad)")
     n = max(x.shape[1] for x in xs)
     pad = torch.nn.functional.pad
     return [pad(x, (0, n - x.shape[1]), value=0) for x in xs], [pad(y, (0, n - y.shape[1]), value=IGNORE) for y in ys]
