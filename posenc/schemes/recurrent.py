@@ -69,9 +69,8 @@ class Recurrent(Scheme):
         residual: True (default): x_i + W h_i + b; False: W h_i + b (the article's form).
     """
 
-    vmappable = False          # torch.nn.GRU has no vmap batching rule
-
     shift_invariant = True    # ctx.positions is never read: an offset of every position id changes nothing
+    vmappable = False         # torch.nn.GRU has no torch.func.vmap batching rule
 
     def __init__(self, *, hidden: int | None = None, bidirectional: bool | None = None, residual: bool = True, **kw):
         super().__init__(**kw)
