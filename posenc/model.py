@@ -21,11 +21,27 @@ from .host import to_device, values_checked_on_host
 from .scheme import PositionContext, Scheme, get_scheme, summarise_positions
 
 IGNORE = -100  # target id that losses and metrics skip
-#: Where a bias scheme's b_ij is computed: "auto" (FlexAttention on CUDA, the [H, N, N] tensor elsewhere),
-#: "flex" (FlexAttention wherever it runs; on CPU for inference only, as PyTorch has no CPU backward for it)
-#: or "sdpa" (always the tensor). Per model:
-#: `model.attention_backend`.
+#: Where a bias scheme's b_ij is computed: "auto" (FlexAttention on CUDA from `FLEX_MIN_KEYS` keys, the
+#: [H, N, N] tensor otherwise), "flex" (FlexAttention wherever it runs; on CPU for inference only, as PyTorch
+#: has no CPU backward for it) or "sdpa" (always the tensor). Per model: `model.attention_backend`.
 ATTENTION_BACKENDS = ("auto", "flex", "sdpa")
+#: The shortest sequence (keys) for which "auto" takes FlexAttention on CUDA. Below it the bias tensor is
+#: small (8 heads x 1024^2 in bf16: 16 MiB) and FlexAttention only adds its compile, seconds for every new
+#: shape (`dynamic=False`), which a run over lengths drawn per batch would repeat until torch.compile's
+#: recompile limit sends it to the eager kernel. From here on the [H, N, N] tensor is what FlexAttention
+#: saves: 64 MiB at 8 heads and 2048 keys, 4 GiB at 16384, and a learned bias's gradient as much again
+#: (`python -m posenc.bench --only gpu` times both backends at 4096 and 16384).
+FLEX_MIN_KEYS = 2048
+
+
+def flex_wanted(backend: str, device, keys: int) -> bool:
+    """Whether `backend` asks for FlexAttention for `keys` keys on `device` ("auto": CUDA and at least
+    `FLEX_MIN_KEYS` keys; "flex": always; "sdpa": never). ValueError names an unknown backend."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}; got {backend!r}")
+    if backend == "auto":
+        return torch.device(device).type == "cuda" and keys >= FLEX_MIN_KEYS
+    return backend == "flex"
 
 
 @dataclass
@@ -189,7 +205,7 @@ class Transformer(nn.Module):
             ctx = PositionContext(positions, self.causal, has_cls=self.cls is not None)
         ctx.start, ctx.extent, ctx.host_positions = start, extent, host
         ctx.tables = self.scheme.prepare(ctx)
-        if self._flex(device, mem_len, need_weights):
+        if self._flex(device, ctx.seq_len, mem_len, need_weights):
             ctx.score_mod = self.scheme.score_mod(ctx)               # hook 3 as a function of (h, i, j)
             if ctx.score_mod is not None:
                 ctx.block_mask = causal_block_mask(ctx.seq_len, ctx.seq_len, device) if self.causal else None
@@ -201,14 +217,11 @@ class Transformer(nn.Module):
         ctx.attn_mask = bias                                         # None: plain (causal) SDPA
         return ctx
 
-    def _flex(self, device, mem_len: int, need_weights: bool) -> bool:
+    def _flex(self, device, seq_len: int, mem_len: int, need_weights: bool) -> bool:
         """Whether this forward may compute the bias inside FlexAttention (see `attention_backend`)."""
         backend = self.attention_backend
-        if backend not in ATTENTION_BACKENDS:
-            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}; got {backend!r}")
-        on_cuda = torch.device(device).type == "cuda"
-        wanted = backend == "flex" or (backend == "auto" and on_cuda)
-        if backend == "flex" and not on_cuda and torch.is_grad_enabled() and self.training:
+        wanted = flex_wanted(backend, device, seq_len + mem_len)
+        if backend == "flex" and torch.device(device).type != "cuda" and torch.is_grad_enabled() and self.training:
             raise ValueError("attention_backend='flex' trains on CUDA only (PyTorch's FlexAttention has no CPU "
                              "backward); on CPU use it for inference (model.eval() or torch.no_grad()) or use 'sdpa'")
         return (wanted and not mem_len and not need_weights and not self.scheme.custom_attention

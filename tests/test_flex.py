@@ -53,6 +53,23 @@ def test_cases_that_keep_the_tensor_path():
     assert shaw.context(8, None, "cpu").score_mod is None
 
 
+@pytest.mark.parametrize("backend, device, keys, want", [
+    ("auto", "cuda", posenc.model.FLEX_MIN_KEYS, True), ("auto", "cuda", posenc.model.FLEX_MIN_KEYS - 1, False),
+    ("auto", "cpu", 10 ** 6, False), ("flex", "cpu", 8, True), ("flex", "cuda", 8, True), ("sdpa", "cuda", 10 ** 6, False)])
+def test_auto_takes_flex_on_cuda_for_long_sequences_only(backend, device, keys, want):
+    assert posenc.model.flex_wanted(backend, device, keys) is want
+
+
+def test_a_models_flex_choice_counts_keys_and_keeps_its_exclusions():
+    alibi, shaw = _model("alibi", True), _model("shaw", True)
+    n = posenc.model.FLEX_MIN_KEYS
+    assert alibi._flex("cuda", n, 0, False) and not alibi._flex("cuda", n - 1, 0, False)
+    assert not alibi._flex("cuda", n, 0, True)              # attention weights asked for: the explicit softmax
+    assert not shaw._flex("cuda", n, 0, False)              # per-layer terms: never FlexAttention
+    with pytest.raises(ValueError, match="attention_backend must be one of"):
+        posenc.model.flex_wanted("fast", "cuda", n)
+
+
 def test_flex_backend_errors_are_clear():
     model = _model("alibi", True).train()
     model.attention_backend = "flex"

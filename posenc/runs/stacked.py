@@ -156,7 +156,7 @@ def train_stacked(models: list, task, cfgs: list, loss_fn=None) -> list[TrainRes
         m.to(device)
     base = models[0]
     backend = getattr(base, "attention_backend", None)
-    if backend == "auto":                   # FlexAttention (the CUDA default for bias schemes) has no vmap rule
+    if backend == "auto":                   # FlexAttention (bias schemes' long sequences on CUDA) has no vmap rule
         base.attention_backend = "sdpa"
     try:
         with warnings.catch_warnings():   # on the CPU, SDPA's fused kernel has no vmap rule: it runs seed by seed
