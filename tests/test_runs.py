@@ -310,3 +310,18 @@ def test_the_runner_plans_again_after_a_pass_for_runs_declared_from_the_store(tm
     out = capsys.readouterr().out
     assert out.count("runs stored") == 2                                      # two passes, one call
     assert out.count(f"{first.train['steps']} training steps in this pass") == 2   # one run per pass
+
+
+def test_a_run_holds_one_torch_thread_and_gives_back_the_rest():
+    from posenc.runs.execute import one_thread
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), one_thread():
+            raise RuntimeError("a failed run")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

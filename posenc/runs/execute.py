@@ -51,11 +51,12 @@ def code_version() -> dict:
 
 
 @contextmanager
-def one_thread(device: torch.device):
-    """torch.set_num_threads(1) on the CPU for the duration (restored after)."""
-    if device.type != "cpu":
-        yield
-        return
+def one_thread():
+    """torch.set_num_threads(1) for the duration of a run (restored after), on every device.
+
+    On the CPU a run is timed on one thread, and the runner's workers take a core each. On a GPU the
+    host's share of a step is launches and small ops: ten workers each keeping PyTorch's default of one
+    OpenMP thread per core would put 160 threads on an H200 machine's 16 cores."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -68,7 +69,7 @@ def execute(spec: RunSpec, store: Store, device: str = "auto") -> Record:
     """Run one spec with its recipe and write its record (and weights) to `store`."""
     from .train import pick_device
     dev = pick_device(device)
-    with one_thread(dev):
+    with one_thread():
         t0 = time.perf_counter()
         out = get_recipe(spec.recipe)(spec, str(dev))
         seconds = time.perf_counter() - t0
@@ -98,7 +99,7 @@ def execute_stacked(specs: list, store: Store, device: str = "auto") -> list[Rec
     if why is not None:
         raise ValueError(f"these {len(specs)} specs cannot be stacked: {why}")
     dev = pick_device(device)
-    with one_thread(dev):
+    with one_thread():
         t0 = time.perf_counter()
         outs = run_stacked(specs, str(dev))
         seconds = (time.perf_counter() - t0) / len(specs)
