@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
 # The prepared job for a lent GPU window (see the README, "Runs as data"):
 #
-#   device run:  bash scripts/gpu_window.sh            (DEADLINE=480 WORKERS=10 by default)
+#   call 1:      bash scripts/gpu_window.sh             (timeout_s 600; DEADLINE=480 WORKERS=10 by default)
 #   back here:   tar xzf <files_at>/full_store.tgz && git add results/full && git commit
-#   time left:   bash scripts/gpu_costs.sh            (the CUDA cost table, results/bench/cuda.json)
+#                [ -f <files_at>/cuda.json ] && cp <files_at>/cuda.json results/bench/cuda.json
+#   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 2 minutes
+#   of the session's device time are left (status: budget_left_s), with timeout_s = that time - 20:
+#                STACK=<call 1's answer> DEADLINE=<that time - 80> bash scripts/gpu_window.sh
 #
 # First a 20-second probe (`python -m posenc.bench --only stacking`): three seeds trained one by one
 # against the same three as one stacked model (torch.func.vmap). The runner then stacks seeds
 # (--stack-seeds) only if that measured faster here, by 1.2x or more, with the same final losses
 # (within 2%: bf16 rounding); STACK=1 or STACK=0 skips the probe and decides. The runner takes
 # the missing `full` runs of every chapter in priority order, stores each the moment it ends, and
-# stops cleanly at the deadline (a run in flight is abandoned and the next window resumes it). The store comes back through $OUT as one archive, with the
-# runner's log, the probe, and the dry-run before and after.
+# stops cleanly at the deadline (a run in flight is abandoned and the next window resumes it).
+# The store comes back through $OUT as one archive, with the runner's log, the probe, and the
+# dry-run before and after with the cost model refitted to this window (dry_run.txt).
+# If the whole tier is done before the deadline, the time left to the call's budget goes to the
+# CUDA cost table (scripts/gpu_costs.sh: cuda.json, bench.log), after the store is packed.
 # Budget of one device call (600 s): probe <= 45 s, runner 480 s, then about 20 s to list, refit
 # and pack the store. Keep DEADLINE so that the whole script ends before the call's limit: the
-# archive is made last, and a call cut off before it brings nothing back.
+# archive is made before anything optional (the cost table ends by BUDGET, DEADLINE + 60 s from the
+# start), and $OUT holds at most 7 files (the tool brings back 8).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+START=$(date +%s)
+BUDGET=${BUDGET:-$(( ${DEADLINE:-480} + 60 ))}   # seconds this script may take in all
 OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
-python3 -m posenc.runs --profile full --dry-run --stack-seeds > "$OUT/dry_run_before.txt" 2>&1
+{ echo "== before"; python3 -m posenc.runs --profile full --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
 if [ -z "${STACK:-}" ]; then
     timeout 45 python3 -m posenc.bench --only stacking --rounds 3 --save "$OUT/stacking.json" 2>&1 | tee "$OUT/stacking.log"
     STACK=$(python3 -c "
@@ -35,7 +44,12 @@ fi
 echo "stack seeds: $STACK" | tee -a "$OUT/stacking.log"
 FLAGS=$([ "$STACK" = 1 ] && echo --stack-seeds)
 python3 -m posenc.runs --profile full --deadline "${DEADLINE:-480}" --workers "${WORKERS:-10}" $FLAGS 2>&1 | tee "$OUT/runner.log"
-python3 -m posenc.runs --profile full --dry-run > "$OUT/dry_run_after.txt" 2>&1
-python3 -m posenc.runs --profile full --fit 2>&1 | tee "$OUT/cost_fit.txt"   # the cost model refitted to this window
+{ echo "== after"; python3 -m posenc.runs --profile full --dry-run
+  echo "== the cost model refitted to this window"; python3 -m posenc.runs --profile full --fit; } >> "$OUT/dry_run.txt" 2>&1
 tar czf "$OUT/full_store.tgz" results/full
+LEFT=$(( BUDGET - ($(date +%s) - START) ))
+if grep -q "^cuda: 0 runs missing" "$OUT/dry_run.txt" && [ "$LEFT" -gt 90 ]; then
+    echo "the full tier is done, $LEFT s left: the CUDA cost table"
+    OUT="$OUT" LIMIT=$(( LEFT - 15 )) bash scripts/gpu_costs.sh
+fi
 ls -la "$OUT"

@@ -117,3 +117,14 @@ def test_an_unusable_save_target_is_refused_before_the_benchmark_runs(tmp_path, 
     with pytest.raises(SystemExit):
         main(["--only", "rope", "--save", target])
     assert not ran and match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device, match", [("gpu", "--device 'gpu'"), ("cuda", "no CUDA device")])
+def test_an_unusable_device_is_refused_by_name(monkeypatch, device, match, capsys):
+    from posenc.bench.__main__ import main
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    ran = []
+    monkeypatch.setattr("posenc.bench.__main__.run_sections", lambda *a: ran.append(a) or {})
+    with pytest.raises(SystemExit):
+        main(["--only", "rope", "--device", device])
+    assert not ran and match in capsys.readouterr().err

@@ -94,6 +94,12 @@ def main(argv=None) -> dict:
     p.add_argument("--save", type=Path, default=None,
                    help="write the tables and the machine line as JSON (sections not rerun are kept if the machine matches)")
     a = p.parse_args(argv)
+    try:
+        kind = torch.device(a.device).type
+    except RuntimeError as err:
+        p.error(f"--device {a.device!r}: {err}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {a.device}: this machine has no CUDA device (torch {torch.__version__})")
     if a.save:
         problem = check_writable(a.save)
         if problem:                                   # say so before the benchmark runs, not after
