@@ -325,3 +325,25 @@ def test_a_run_holds_one_torch_thread_and_gives_back_the_rest():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("device, match", [("gpu", "device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got 'gpu'"),
+                                           ("cuda:0", "no CUDA device")])
+def test_the_runner_refuses_a_device_by_name_before_running_anything(tmp_path, monkeypatch, capsys, device, match):
+    from posenc.runs import __main__ as runner
+    from posenc.runs.plans import PLANS
+    monkeypatch.setenv("POSENC_CI_STORE", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(PLANS, "99_one", lambda profile: [({"seed": 0}, tiny(seed=0))])
+    with pytest.raises(SystemExit):
+        runner.main(["--profile", "ci", "--chapters", "99_one", "--device", device, "--quiet"])
+    assert match in capsys.readouterr().err and Store("ci").get(tiny(seed=0)) is None
+    assert runner.main(["--profile", "ci", "--chapters", "99_one", "--device", device, "--dry-run"]) == 0
+
+
+def test_pick_device():
+    from posenc.runs.train import pick_device
+    assert pick_device("cpu") == torch.device("cpu")
+    assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="got 'tpu0'"):
+        pick_device("tpu0")

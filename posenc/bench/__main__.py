@@ -24,6 +24,7 @@ import torch
 
 from .costs import shaw_memory_table
 from .gpu import bias_backend_costs, gpu_scheme_costs, rope_llama_times
+from ..runs.train import pick_device
 from .kernels import bias_times, rope_times
 from .memory import deberta_memory
 from .schemes import scheme_costs, xtransformers_costs
@@ -95,11 +96,9 @@ def main(argv=None) -> dict:
                    help="write the tables and the machine line as JSON (sections not rerun are kept if the machine matches)")
     a = p.parse_args(argv)
     try:
-        kind = torch.device(a.device).type
-    except RuntimeError as err:
-        p.error(f"--device {a.device!r}: {err}")
-    if kind == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {a.device}: this machine has no CUDA device (torch {torch.__version__})")
+        pick_device(a.device)
+    except ValueError as err:
+        p.error(f"--device: {err}")
     if a.save:
         problem = check_writable(a.save)
         if problem:                                   # say so before the benchmark runs, not after

@@ -25,6 +25,7 @@ from .ensure import missing
 from .execute import default_workers, run_specs, seed_groups
 from .plans import names, plan
 from .store import PROFILES, Store
+from .train import pick_device
 
 
 def collect(chapters, profile: str) -> list:
@@ -138,6 +139,10 @@ def main(argv=None) -> int:
         if args.stack_seeds:
             print(stacking_summary([s for _, s in todo]))
         return 0
+    try:
+        pick_device(args.device)                          # the runs need it; listing them does not
+    except ValueError as err:
+        parser.error(f"--device: {err}")
     if not todo:
         print(f"nothing to run: every {args.profile} run of {len(chapters)} chapters is stored in {store.folder}")
         return 0

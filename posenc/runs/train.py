@@ -85,8 +85,17 @@ class TrainResult:
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    return torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                        ("cpu" if device == "auto" else device))
+    """"auto" -> CUDA where there is a GPU, else the CPU; any other name as torch.device parses it.
+    ValueError, naming `device`, for a name torch does not know or a GPU this machine lacks."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}, but this machine has no CUDA device (torch {torch.__version__})")
+    return dev
 
 
 def amp_dtype(amp: str, device: torch.device):
