@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 
 
 class Table(list):
@@ -44,11 +45,25 @@ class Table(list):
     def _repr_html_(self) -> str:
         cols = self.columns
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
+        body = "".join("<tr>" + "".join(f"<td>{_html_cell(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
                        for r in self)
         # A wide table scrolls inside its own box, so the page never overflows on a phone.
         return (f'<div style="overflow-x: auto; max-width: 100%"><table class="posenc-table"><thead><tr>{head}</tr></thead>'
                 f"<tbody>{body}</tbody></table></div>")
+
+
+#: A value followed by its interval, as `posenc.analysis` writes them: "3.208 [3.198, 3.215]".
+_WITH_INTERVAL = re.compile(r"^(\S+)( \[[^\[\]]+\])$")
+
+
+def _html_cell(text: str) -> str:
+    """A cell's text, escaped; a trailing interval in a span of class `posenc-ci`, which the book's
+    stylesheet sets on a line of its own in smaller type (so interval columns stay narrow), and which
+    reads as before wherever that stylesheet is absent."""
+    m = _WITH_INTERVAL.match(text)
+    if m is None:
+        return html.escape(text)
+    return f'{html.escape(m[1])}<span class="posenc-ci">{html.escape(m[2])}</span>'
 
 
 def _fmt(v) -> str:

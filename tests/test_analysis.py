@@ -160,3 +160,34 @@ def test_checks_table_says_yes_or_no_and_refuses_non_bools():
     assert table.column("observation") == ["a task is learned", "a model ran"]
     with pytest.raises(TypeError, match="non-bool values for \\['accuracy'\\]"):
         checks_table({"accuracy": 0.93})
+
+
+def test_a_tables_html_sets_a_values_interval_apart_and_escapes_the_rest():
+    html = Table([{"bpc": "3.208 [3.198, 3.215]", "claim": "+0.1 [-0.2, 0.3] over 3 seeds", "n": 1.5,
+                   "name": "a <b> & c"}])._repr_html_()
+    assert '<td>3.208<span class="posenc-ci"> [3.198, 3.215]</span></td>' in html
+    assert "<td>+0.1 [-0.2, 0.3] over 3 seeds</td>" in html          # an interval inside a sentence stays put
+    assert "<td>1.5</td>" in html and "<td>a &lt;b&gt; &amp; c</td>" in html
+    assert str(Table([{"bpc": "3.208 [3.198, 3.215]"}])).splitlines()[-1].strip() == "3.208 [3.198, 3.215]"
+
+
+def test_with_interval_writes_the_mean_and_its_bootstrap_interval():
+    from posenc.analysis import bootstrap_ci, with_interval
+    values = [3.1, 3.3, 3.2]
+    lo, hi = bootstrap_ci(values)
+    assert with_interval(values) == f"3.200 [{lo:.3f}, {hi:.3f}]" and lo < 3.2 < hi
+    assert with_interval([0.5, 0.25], "{:+.1%}") == "+37.5% [+25.0%, +50.0%]"
+    with pytest.raises(ValueError, match="at least one value"):
+        with_interval([])
+
+
+def test_with_three_seeds_the_95_percent_bootstrap_interval_covers_about_three_times_in_four():
+    from posenc.analysis import bootstrap_ci, bootstrap_coverage
+    values = [0.3, -1.2, 2.0]
+    lo, hi = bootstrap_ci(values)
+    assert min(values) <= lo < hi <= max(values)                      # a resampled mean never leaves the range
+    assert 0.65 < bootstrap_coverage(3, trials=300) < 0.85            # 1 - 2 (1/2)^3 = 0.75 for the range itself
+    with pytest.raises(ValueError, match="n_seeds must be an int >= 2"):
+        bootstrap_coverage(1)
+    with pytest.raises(ValueError, match="trials must be a positive int"):
+        bootstrap_coverage(3, trials=0)
