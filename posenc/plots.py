@@ -79,24 +79,39 @@ def training_curves(histories: dict, *, metric: str = "loss", ylabel: str = "tra
 
 def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_train", ax=None,
                      ylabel: str | None = None, xlabel: str = "evaluation length / training length",
-                     train_mark: float | None = 1.0, logy: bool = False):
-    """Mean of `y` against `x` per `hue` group, with min-max bands over seeds."""
+                     train_mark: float | None = 1.0, logy: bool = False, logx: bool = False,
+                     styles: dict | None = None, labels: dict | None = None, legend: bool = True):
+    """Mean of `y` against `x` per `hue` group, with min-max bands over seeds.
+
+    styles: {group: line keywords} for groups that are not scheme names (a scheme keeps its own
+    colour and marker, `style`); labels: {group: legend label}; logx: a log axis ticked at the
+    lengths measured; legend=False leaves the legend to the caller (a figure-wide one, say).
+    """
     ax = _axes(ax)
+    styles, labels = styles or {}, labels or {}
+    ticks = set()
     for group in dict.fromkeys(table.column(hue)):
         rows = table.where(**{hue: group})
         xs = sorted(set(rows.column(x)))
+        ticks.update(xs)
         vals = [np.array(rows.where(**{x: v}).column(y), dtype=float) for v in xs]
         mean = [v.mean() for v in vals]
-        line, = ax.plot(xs, mean, **{"marker": "o", **style(group)}, label=str(group))
+        line, = ax.plot(xs, mean, **{"marker": "o", **style(group), **styles.get(group, {})},
+                        label=labels.get(group, str(group)))
         if any(len(v) > 1 for v in vals):
             ax.fill_between(xs, [v.min() for v in vals], [v.max() for v in vals], alpha=0.2, color=line.get_color())
     if train_mark is not None:
         ax.axvline(train_mark, color="grey", ls=":", lw=1, label="training length")
     ax.set(xlabel=xlabel, ylabel=ylabel or y)
+    if logx:
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(sorted(ticks), [f"{t:g}" for t in sorted(ticks)])
     if logy:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if legend:
+        ax.legend(fontsize=8)
     return ax
 
 

@@ -24,6 +24,21 @@ def test_training_curves_and_metric_vs_length_are_labelled():
     plt.close("all")
 
 
+def test_metric_vs_length_takes_styles_labels_and_a_log_axis_for_groups_that_are_not_schemes():
+    table = Table([{"variant": v, "x_train": x, "seed": k, "bpc": 2.0 + x / 8 + 0.01 * k}
+                   for v in ("rope", "PI x4") for x in (1, 2, 4, 8) for k in (0, 1)])
+    _, ax = plt.subplots()
+    plots.metric_vs_length(table, y="bpc", hue="variant", ax=ax, logx=True, legend=False,
+                           styles={"PI x4": {"color": "#EE7733", "ls": "--"}}, labels={"rope": "RoPE, as trained"})
+    lines = {l.get_label(): l for l in ax.get_lines()}
+    assert set(lines) == {"RoPE, as trained", "PI x4", "training length"}
+    assert lines["RoPE, as trained"].get_color() == plots.style("rope")["color"]       # a scheme keeps its colour
+    assert lines["PI x4"].get_color() == "#EE7733" and lines["PI x4"].get_linestyle() == "--"
+    assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
+    assert ax.get_legend() is None
+    plt.close("all")
+
+
 def test_heatmaps_are_labelled_and_cosine_is_bounded():
     ax = plots.attention_map(torch.softmax(torch.randn(5, 5), -1))
     assert labels(ax) == ("key position j", "query position i")
