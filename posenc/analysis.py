@@ -74,9 +74,9 @@ def bootstrap_coverage(n_seeds: int, *, trials: int = 1000, level: float = 0.95,
     """How often `bootstrap_ci` at `level` covers the true mean of `n_seeds` values drawn from N(0, 1):
     the fraction of `trials` samples whose interval holds 0. Deterministic given `seed`.
 
-    A resampled mean never leaves [min, max] of the sample, and with three values the percentile
-    interval is nearly that range, which holds the median of a continuous distribution with
-    probability 1 - 2 (1/2)^n = 0.75: the nominal level is reached only with many more seeds.
+    A resampled mean never leaves [min, max] of the sample. The range of n values holds the median
+    of a continuous distribution with probability 1 - 2 (1/2)^n, and with three values the percentile
+    interval is nearly that range: 0.75, not 0.95. The nominal level is reached only with many more seeds.
     """
     if not (isinstance(n_seeds, int) and n_seeds >= 2):
         raise ValueError(f"n_seeds must be an int >= 2; got {n_seeds!r}")
