@@ -253,6 +253,23 @@ def with_interval(values, fmt: str = "{:.3f}") -> str:
     return f"{fmt.format(mean(values))} [{fmt.format(lo)}, {fmt.format(hi)}]"
 
 
+def length_table(rows: Table, *, metric: str = "bpc", factors=(1, 2, 4, 8), hue: str = "scheme") -> Table:
+    """One row per `hue` group: `metric` at each evaluation length factor * L as the mean over seeds with its
+    95% interval (`with_interval`), and the ratio of the means at the last and first factor, e.g. "8x / 1x"
+    = mean bpc at 8L / mean bpc at L. Sorted by the mean at the first factor, lowest first."""
+    rows = Table(rows)
+    first, last = factors[0], factors[-1]
+    at = {g: {f: rows.where(**{hue: g}, x_train=float(f)).column(metric) for f in factors}
+          for g in dict.fromkeys(rows.column(hue))}
+    for g, by in at.items():
+        missing = [f for f, v in by.items() if not v]
+        if missing:
+            raise ValueError(f"rows has no {metric!r} for {hue}={g!r} at factors {missing}")
+    out = Table({hue: g, **{f"{f}x": with_interval(v) for f, v in by.items()},
+                 f"{last}x / {first}x": round(mean(by[last]) / mean(by[first]), 3)} for g, by in at.items())
+    return Table(sorted(out, key=lambda r: mean(at[r[hue]][first])))
+
+
 def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9) -> Table:
     """The book's summary, one row per scheme: language-model loss at L and its ratio at 8L (means over
     seeds with 95% bootstrap intervals), the length-generalisation MRR (over the tasks some scheme learns to

@@ -115,6 +115,22 @@ def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_t
     return ax
 
 
+def metric_vs_length_by_group(table: Table, groups, *, y: str, ylabel: str, title: str = "",
+                              row_height: float = 3.4):
+    """One panel per (name, schemes) of `groups`, sharing the y axis: `metric_vs_length` of the rows of those
+    schemes against a log length axis, titled with the group's name and `title`, its legend below it.
+    Returns the figure."""
+    fig, axes = panels(len(groups), sharey=True, row_height=row_height)
+    for ax, (name, schemes) in zip(axes, groups):
+        rows = Table(r for r in table if r["scheme"] in schemes)
+        if not rows:
+            raise ValueError(f"groups: no rows for the schemes of {name!r} ({', '.join(map(str, schemes))})")
+        metric_vs_length(rows, y=y, ax=ax, ylabel=ylabel, logx=True, legend=False)
+        ax.set_title(f"{name}{title}", fontsize=9)
+        ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+    return fig
+
+
 def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_labels=None):
     """Heatmap of one head's attention weights [query, key]."""
     ax = _axes(ax, figsize=(4, 4))

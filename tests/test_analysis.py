@@ -181,6 +181,18 @@ def test_with_interval_writes_the_mean_and_its_bootstrap_interval():
         with_interval([])
 
 
+def test_length_table_gives_each_length_with_its_interval_and_the_far_to_near_ratio_sorted_by_the_near_one():
+    from posenc.analysis import length_table, with_interval
+    bpc = {("a", 1): [3.0, 3.2], ("a", 8): [6.0, 6.4], ("b", 1): [2.0, 2.2], ("b", 8): [2.0, 2.2]}
+    rows = Table({"scheme": s, "seed": k, "x_train": float(f), "bpc": v[k]} for (s, f), v in bpc.items() for k in (0, 1))
+    table = length_table(rows, factors=(1, 8))
+    assert table.column("scheme") == ["b", "a"]                                   # lowest loss at L first
+    assert table.columns == ["scheme", "1x", "8x", "8x / 1x"]
+    assert table[1]["8x"] == with_interval([6.0, 6.4]) and table[1]["8x / 1x"] == 2.0 and table[0]["8x / 1x"] == 1.0
+    with pytest.raises(ValueError, match="scheme='a' at factors \\[4\\]"):
+        length_table(rows, factors=(1, 4, 8))
+
+
 def test_with_three_seeds_the_95_percent_bootstrap_interval_covers_about_three_times_in_four():
     from posenc.analysis import bootstrap_ci, bootstrap_coverage
     values = [0.3, -1.2, 2.0]

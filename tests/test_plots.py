@@ -1,5 +1,6 @@
 """Every shared plot labels its axes (with units where there are units)."""
 import matplotlib
+import pytest
 
 matplotlib.use("Agg", force=True)
 import matplotlib.pyplot as plt  # noqa: E402
@@ -36,6 +37,25 @@ def test_metric_vs_length_takes_styles_labels_and_a_log_axis_for_groups_that_are
     assert lines["PI x4"].get_color() == "#EE7733" and lines["PI x4"].get_linestyle() == "--"
     assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
     assert ax.get_legend() is None
+    plt.close("all")
+
+
+def test_metric_vs_length_by_group_draws_one_panel_per_family_on_a_shared_axis():
+    from posenc.runs.plans.comparison import families
+    schemes = ["nope", "learned", "rope", "alibi", "xl", "kerple", "rope (randomized)"]
+    table = Table([{"scheme": s, "x_train": x, "seed": 0, "bpc": 2.0 + i + x / 8}
+                   for i, s in enumerate(schemes) for x in (1, 2, 4, 8)])
+    groups = families(schemes)
+    assert [g for _, g in groups] == [["nope", "learned"], ["nope", "rope", "alibi", "xl"],
+                                      ["nope", "rope", "alibi", "kerple", "rope (randomized)"]]
+    fig = plots.metric_vs_length_by_group(table, groups, y="bpc", ylabel="bits per character", title=", L = 64")
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == [f"{name}, L = 64" for name, _ in groups]
+    assert [sorted(l.get_label() for l in ax.get_lines() if l.get_label() != "training length") for ax in axes] \
+        == [sorted(g) for _, g in groups]
+    assert all(ax.get_xscale() == "log" for ax in axes) and axes[0].get_shared_y_axes().joined(axes[0], axes[2])
+    with pytest.raises(ValueError, match="groups: no rows for the schemes of 'x'"):
+        plots.metric_vs_length_by_group(table, [("x", ["fire"])], y="bpc", ylabel="bits per character")
     plt.close("all")
 
 

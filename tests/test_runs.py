@@ -267,7 +267,8 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     monkeypatch.setattr(suite, "Store", lambda profile: Store(profile, tmp_path))
     first = plan("15_length_generalisation", "paper")
     assert {lab["part"] for lab, _ in first} == {"grid"}
-    assert len(first) == len(suite.SCHEMES) * sum(len(suite.lr_grid(t)) for t in suite.TASKS)
+    assert len(first) == sum(len(suite.lr_grid(t)) for _, t in suite.pairs())
+    assert len(suite.pairs()) == len(suite.SCHEMES) * len(suite.TASKS) + len(suite.lm_schemes()) - len(suite.SCHEMES)
     assert plan("15_length_generalisation", "ci") == []
     store = Store("paper", tmp_path)
     scores = {"copy": dict(zip(suite.LR_GRID, (0.5, 0.9, 0.9))), "lm": dict(zip(suite.LM_LR_GRID, (2.1, 2.3, 2.0, 2.2, 2.4, 2.5)))}
@@ -289,6 +290,22 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LM_LR_GRID[2]}
     assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 3 + len(suite.LM_LR_GRID)
     assert {(r["task"], r["lr"]) for r in shown["rows"]} == {(task, lr) for (_, task), lr in chosen.items()}
+    lm_view = suite.view(store, lm_only=True)
+    assert lm_view["lr"] == {("rope", "lm"): suite.LM_LR_GRID[2]} and not lm_view["complete"]
+    assert lm_view["stored"] == len(suite.LM_LR_GRID) and {r["task"] for r in lm_view["rows"]} == {"lm"}
+
+
+def test_the_paper_tier_trains_the_lm_of_every_row_of_the_comparison_once():
+    """Every scheme and option row of the comparison sweep gets the paper tier's LM, and an option row is the
+    sweep's own option on the tier's cell."""
+    from posenc.runs.plans import comparison, suite
+    rows = comparison.schemes_compared() + tuple(comparison.VARIANTS)
+    assert sorted(suite.lm_schemes()) == sorted(rows) and suite.lm_schemes()[:len(suite.SCHEMES)] == suite.SCHEMES
+    assert [t for s, t in suite.pairs() if s not in suite.SCHEMES] == ["lm"] * (len(rows) - len(suite.SCHEMES))
+    for label, (scheme, model, train) in comparison.VARIANTS.items():
+        spec, plain = suite.cell(label, "lm", 1, 4e-3), suite.cell(scheme, "lm", 1, 4e-3)
+        assert spec.scheme == scheme and spec.key != plain.key
+        assert spec.model == {**plain.model, **model} and spec.train == {**plain.train, **train}
 
 
 def test_the_runner_plans_again_after_a_pass_for_runs_declared_from_the_store(tmp_path, monkeypatch, capsys):

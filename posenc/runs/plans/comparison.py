@@ -50,11 +50,33 @@ def comparison(profile: str):
     if profile not in SIZES:
         return []
     size = SIZES[profile]
-    schemes = sorted(s for s in SCHEMES if s not in EXCLUDED)
+    schemes = schemes_compared()
     out = [({"scheme": s, "task": t, "seed": seed}, cell(s, t, seed, size))
            for s in schemes for t in PROFILE_TASKS[profile] for seed in size["seeds"]]
     return out + [({"scheme": label, "task": t, "seed": seed}, variant_cell(label, t, seed, size))
                   for label in VARIANTS for t in PROFILE_TASKS[profile] for seed in size["seeds"]]
+
+
+#: The comparison's families, for its figures: absolute schemes, and the relative schemes of the source articles;
+#: every other row is a scheme from after 2021.
+ABSOLUTE = ("nope", "learned", "sinusoidal", "floater", "multiplicative", "complex")
+SOURCE_RELATIVE = ("shaw", "xl", "t5", "tupe", "deberta", "rope", "alibi")
+
+
+def families(schemes) -> list:
+    """[(name, schemes)] of the three panels of the comparison's LM figures, each in the order of `schemes`:
+    the absolute schemes; NoPE and the source articles' relative schemes; and NoPE, RoPE and ALiBi for
+    reference with the schemes after 2021."""
+    schemes = list(schemes)
+    newer = [s for s in schemes if s not in ABSOLUTE + SOURCE_RELATIVE]
+    return [("absolute", [s for s in schemes if s in ABSOLUTE]),
+            ("relative, in the source articles", ["nope"] + [s for s in schemes if s in SOURCE_RELATIVE]),
+            ("after 2021 (RoPE, ALiBi for reference)", ["nope", "rope", "alibi"] + newer)]
+
+
+def schemes_compared() -> tuple:
+    """The registered schemes the sweep compares, sorted (the option rows of `VARIANTS` come after them)."""
+    return tuple(sorted(s for s in SCHEMES if s not in EXCLUDED))
 
 
 def variant_cell(label: str, task: str, seed: int, size: dict):

@@ -4,7 +4,9 @@ long enough to use position, and a learning-rate grid for every scheme.
 Tasks in the spirit of Kazemnejad et al. 2023 and Ruoss et al. 2023 (`posenc.tasks.synthetic`): copy,
 reverse, sort, duplicate, addition, parity and a SCAN-like command language, each trained on lengths
 1..L and scored at L..4L; the schemes are Kazemnejad et al.'s (NoPE, learned and sinusoidal absolute,
-T5's bias, ALiBi, RoPE) and FIRE. Every (scheme, task) first trains seed 0 at each learning rate of
+T5's bias, ALiBi, RoPE) and FIRE. The LM is also trained for every other scheme of the comparison sweep
+(`lm_schemes`: every registered scheme and the sweep's option rows), with the same grid, so that the one task
+that reads every scheme at a scale where position is used is in the tier too. Every (scheme, task) first trains seed 0 at each learning rate of
 `LR_GRID` (`LM_LR_GRID` for the LM); the rate with the best score at L (bits per character for the LM, accuracy otherwise) is
 then used for the remaining seeds. The plan reads the store for that choice, so the tuned seeds are
 declared once their grid is stored (the runner plans again after each pass). The choice uses the same
@@ -31,8 +33,21 @@ SYNTHETIC = dict(L=8, n_samples=256, seeds=(0, 1, 2, 3, 4))                # a r
 LM = dict(L=64, steps=2000, max_tokens=32768, seeds=(0, 1, 2))             # a run: about 1.5 CPU-minutes
 
 
+def lm_schemes() -> tuple:
+    """The schemes whose LM the tier trains: `SCHEMES` first, then the comparison sweep's other rows (every
+    registered scheme it compares, then its option rows such as "rope (randomized)"), in the sweep's order."""
+    from . import comparison
+    rest = comparison.schemes_compared() + tuple(comparison.VARIANTS)
+    return SCHEMES + tuple(s for s in rest if s not in SCHEMES)
+
+
 def cell(scheme: str, task: str, seed: int, lr: float):
-    """The run of one scheme on one task at one seed and learning rate."""
+    """The run of one scheme (or one option row of the comparison's `VARIANTS`) on one task at one seed and
+    learning rate."""
+    from .comparison import VARIANTS
+    if scheme in VARIANTS:
+        base, model, train = VARIANTS[scheme]
+        return cell(base, task, seed, lr).replace(model=model, train=train)
     common = dict(lr=lr, seed=seed, **MODEL)
     if task == "lm":
         return lm(scheme, LM["L"], steps=LM["steps"], warmup=LM["steps"] // 10, max_tokens=LM["max_tokens"], **common)
@@ -61,20 +76,25 @@ def chosen_lr(profile: str, scheme: str, task: str, store: Store | None = None) 
     return lr_grid(task)[scores.index(max(scores))]
 
 
+def pairs() -> list:
+    """Every (scheme, task) the tier tunes and trains: each of `SCHEMES` on every task, then the LM of each
+    further scheme of `lm_schemes`."""
+    return [(s, t) for s in SCHEMES for t in TASKS] + [(s, "lm") for s in lm_schemes() if s not in SCHEMES]
+
+
 def declared(store: Store | None = None) -> list:
     """[(label, spec)] of the suite as `store` (default: the repository's paper store) stands: the grid of every
-    (scheme, task), and its tuned seeds where the grid is stored."""
+    pair of `pairs()`, and its tuned seeds where the grid is stored."""
     store = Store("paper") if store is None else store
     out = []
-    for scheme in SCHEMES:
-        for task in TASKS:
-            out += [({"part": "grid", "scheme": scheme, "task": task, "seed": 0, "lr": lr}, cell(scheme, task, 0, lr))
-                    for lr in lr_grid(task)]
-            best = chosen_lr("paper", scheme, task, store)
-            if best is not None:
-                seeds = LM["seeds"] if task == "lm" else SYNTHETIC["seeds"]
-                out += [({"part": "tuned", "scheme": scheme, "task": task, "seed": s, "lr": best},
-                         cell(scheme, task, s, best)) for s in seeds]
+    for scheme, task in pairs():
+        out += [({"part": "grid", "scheme": scheme, "task": task, "seed": 0, "lr": lr}, cell(scheme, task, 0, lr))
+                for lr in lr_grid(task)]
+        best = chosen_lr("paper", scheme, task, store)
+        if best is not None:
+            seeds = LM["seeds"] if task == "lm" else SYNTHETIC["seeds"]
+            out += [({"part": "tuned", "scheme": scheme, "task": task, "seed": s, "lr": best},
+                     cell(scheme, task, s, best)) for s in seeds]
     return out
 
 
@@ -83,18 +103,22 @@ def suite(profile: str):
     return declared() if profile == "paper" else []
 
 
-def view(store: Store | None = None) -> dict:
-    """What the comparison chapter reads of the suite: how many distinct runs are declared and stored (a tuned
+def view(store: Store | None = None, lm_only: bool = False) -> dict:
+    """What the chapters read of the suite: how many distinct runs are declared and stored (a tuned
     seed 0 is its grid's run), the learning rate chosen for each
     (scheme, task) whose grid is stored, and the evaluation rows (columns scheme, task, seed, lr, x_train,
     accuracy or bpc) of the tuned runs, all seeds, once every one is stored; until then `rows` holds only
-    the grid's best run (seed 0) of each finished grid, and `complete` is False."""
+    the grid's best run (seed 0) of each finished grid, and `complete` is False.
+
+    `lm_only=False` (the default) is the suite of `SCHEMES` on every task; `lm_only=True` is the LM of every
+    scheme of `lm_schemes()`."""
     store = Store("paper") if store is None else store
-    labelled = declared(store)
+    wanted = ({(s, "lm") for s in lm_schemes()} if lm_only else {(s, t) for s in SCHEMES for t in TASKS})
+    labelled = [(lab, s) for lab, s in declared(store) if (lab["scheme"], lab["task"]) in wanted]
     records = {s.key: store.get(s) for _, s in labelled}
     lr = {(lab["scheme"], lab["task"]): lab["lr"] for lab, _ in labelled if lab["part"] == "tuned"}
     tuned = [(lab, s) for lab, s in labelled if lab["part"] == "tuned"]
-    complete = len(lr) == len(SCHEMES) * len(TASKS) and all(records[s.key] is not None for _, s in tuned)
+    complete = len(lr) == len(wanted) and all(records[s.key] is not None for _, s in tuned)
     from ...table import Table
     shown = tuned if complete else [(lab, s) for lab, s in labelled
                                     if lab["part"] == "grid" and lr.get((lab["scheme"], lab["task"])) == lab["lr"]]
