@@ -290,6 +290,12 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LM_LR_GRID[2]}
     assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 3 + len(suite.LM_LR_GRID)
     assert {(r["task"], r["lr"]) for r in shown["rows"]} == {(task, lr) for (_, task), lr in chosen.items()}
+    assert suite.tuned_records("rope", "copy", store) is None                        # tuned seeds 1-4 not stored
+    for k in suite.SYNTHETIC["seeds"][1:]:
+        store.put(suite.cell("rope", "copy", k, suite.LR_GRID[1]), {"table": [{"x_train": 1.0, "accuracy": 0.9}],
+                                                                    "history": [{"step": 1, "loss": float(k)}]})
+    tuned_copy = suite.tuned_records("rope", "copy", store)
+    assert sorted(tuned_copy) == list(suite.SYNTHETIC["seeds"]) and tuned_copy[3].history == [{"step": 1, "loss": 3.0}]
     lm_view = suite.view(store, lm_only=True)
     assert lm_view["lr"] == {("rope", "lm"): suite.LM_LR_GRID[2]} and not lm_view["complete"]
     assert lm_view["stored"] == len(suite.LM_LR_GRID) and {r["task"] for r in lm_view["rows"]} == {"lm"}

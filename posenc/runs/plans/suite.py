@@ -98,6 +98,18 @@ def declared(store: Store | None = None) -> list:
     return out
 
 
+def tuned_records(scheme: str, task: str, store: Store | None = None) -> dict | None:
+    """{seed: stored record} of the tuned runs of (scheme, task), at the grid's chosen learning rate; None while
+    the grid or any tuned seed is missing. For what the evaluation rows do not hold: training histories."""
+    store = Store("paper") if store is None else store
+    best = chosen_lr("paper", scheme, task, store)
+    if best is None:
+        return None
+    seeds = LM["seeds"] if task == "lm" else SYNTHETIC["seeds"]
+    records = {s: store.get(cell(scheme, task, s, best)) for s in seeds}
+    return None if any(r is None for r in records.values()) else records
+
+
 @declare("15_length_generalisation")
 def suite(profile: str):
     return declared() if profile == "paper" else []
