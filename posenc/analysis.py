@@ -270,14 +270,18 @@ def length_table(rows: Table, *, metric: str = "bpc", factors=(1, 2, 4, 8), hue:
     return Table(sorted(out, key=lambda r: mean(at[r[hue]][first])))
 
 
-def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9) -> Table:
+def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9, mrr: dict | None = None) -> Table:
     """The book's summary, one row per scheme: language-model loss at L and its ratio at 8L (means over
     seeds with 95% bootstrap intervals), the length-generalisation MRR (over the tasks some scheme learns to
     `threshold` at L, `beyond_scores`), and the training-step time and memory against NoPE from the cost
-    benchmark (`costs`: rows with scheme, train/nope, act/nope)."""
+    benchmark (`costs`: rows with scheme, train/nope, act/nope).
+
+    mrr: {scheme: MRR} ranked elsewhere (a suite trained for some of the schemes only), instead of ranking
+    `rows`; a scheme it lacks gets an empty MRR cell."""
     rows = Table(rows)
     lm = rows.where(task="lm")
-    mrr = {r["scheme"]: r["MRR"] for r in mean_reciprocal_rank(beyond_scores(rows, threshold=threshold)[0])}
+    if mrr is None:
+        mrr = {r["scheme"]: r["MRR"] for r in mean_reciprocal_rank(beyond_scores(rows, threshold=threshold)[0])}
     cost = {r["scheme"]: r for r in (costs or [])}
     out = Table()
     for s in dict.fromkeys(rows.column("scheme")):
@@ -285,7 +289,7 @@ def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9)
         at_l = [lm.where(scheme=s, seed=k, x_train=1.0)[0]["bpc"] for k in seeds]
         ratio = [lm.where(scheme=s, seed=k, x_train=8.0)[0]["bpc"] / lm.where(scheme=s, seed=k, x_train=1.0)[0]["bpc"]
                  for k in seeds]
-        row = {"scheme": s, "bpc at L": with_interval(at_l), "8L / L": with_interval(ratio), "MRR": round(mrr[s], 3),
+        row = {"scheme": s, "bpc at L": with_interval(at_l), "8L / L": with_interval(ratio), "MRR": round(mrr[s], 3) if s in mrr else "",
                "seeds": len(seeds)}
         if s in cost:
             row |= {"step / NoPE": round(cost[s]["train/nope"], 2), "memory / NoPE": round(cost[s]["act/nope"], 2)}
@@ -300,16 +304,17 @@ def findings_summary(table: Table) -> str:
     best = rows[:2]
     flat = [r["scheme"] for r in rows if num(r, "8L / L") <= 1.01]
     worst = max(rows, key=lambda r: num(r, "8L / L"))
-    by_mrr = sorted(rows, key=lambda r: -r["MRR"])
-    nope_rank = [r["scheme"] for r in by_mrr].index("nope") + 1 if any(r["scheme"] == "nope" for r in rows) else None
+    by_mrr = sorted((r for r in rows if r["MRR"] != ""), key=lambda r: -r["MRR"])
+    nope_rank = [r["scheme"] for r in by_mrr].index("nope") + 1 if any(r["scheme"] == "nope" for r in by_mrr) else None
     text = (f"At the training length the best language models are {best[0]['scheme']} and {best[1]['scheme']} "
             f"({num(best[0], 'bpc at L'):.3f} and {num(best[1], 'bpc at L'):.3f} bits per character). "
             f"From L to 8L, {', '.join(flat) or 'no scheme'} {'stays' if len(flat) < 2 else 'stay'} within 1% of "
             f"{'its' if len(flat) < 2 else 'their'} loss at L, while "
             f"{worst['scheme']} degrades most ({num(worst, '8L / L'):.2f}x). "
-            f"On length generalisation (mean reciprocal rank over the tasks some scheme learned) "
+            f"On length generalisation (mean reciprocal rank over the tasks some scheme learned"
+            f"{'' if len(by_mrr) == len(rows) else f', the {len(by_mrr)} schemes ranked'}) "
             f"{by_mrr[0]['scheme']} ranks first")
-    text += f" and NoPE {nope_rank} of {len(rows)}." if nope_rank else "."
+    text += f" and NoPE {nope_rank} of {len(by_mrr)}." if nope_rank else "."
     if all("step / NoPE" in r for r in rows):
         cheap = sorted((r for r in rows if r["scheme"] != "nope"), key=lambda r: r["step / NoPE"])
         text += (f" A training step costs from {cheap[0]['step / NoPE']:.2f}x NoPE's ({cheap[0]['scheme']}) to "

@@ -86,6 +86,10 @@ def test_findings_table_and_summary_follow_the_rows():
     assert [r["scheme"] for r in table] == ["a", "b", "nope"] and table[0]["bpc at L"].startswith("3.010 [")
     text = findings_summary(table)
     assert "a and b" in text and "b degrades most (1.30x)" in text and "a ranks first" in text and "1.10x NoPE's (b)" in text
+    ranked_elsewhere = findings(rows, mrr={"b": 1.0, "nope": 0.5})     # a suite that trained b and NoPE only
+    assert [r["MRR"] for r in ranked_elsewhere] == ["", 1.0, 0.5]
+    text = findings_summary(ranked_elsewhere)
+    assert "the 2 schemes ranked) b ranks first and NoPE 2 of 2." in text
 
 
 def test_per_seed_pairs_runs_by_seed_and_selects_lengths():

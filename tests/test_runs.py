@@ -280,6 +280,11 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     assert suite.chosen_lr("paper", "rope", "copy", store) == suite.LR_GRID[1]      # best accuracy, first of equals
     assert suite.chosen_lr("paper", "rope", "lm", store) == suite.LM_LR_GRID[2]     # lowest bits per character
     assert suite.chosen_lr("paper", "nope", "copy", store) is None
+    assert suite.at_the_edge("paper", store) == []                                  # both bests are inside the grid
+    for lr, value in zip(suite.LR_GRID, (0.1, 0.2, 0.5)):
+        store.put(suite.cell("alibi", "sort", 0, lr), {"table": [{"x_train": 1.0, "accuracy": value}], "history": []})
+    assert suite.grid_scores("paper", "alibi", "sort", store) == dict(zip(suite.LR_GRID, (0.1, 0.2, 0.5)))
+    assert suite.at_the_edge("paper", store) == [("alibi", "sort", pytest.approx(0.3))]
     tuned = [(lab, s) for lab, s in plan("15_length_generalisation", "paper") if lab["part"] == "tuned"]
     copy = [(lab, s) for lab, s in tuned if lab["task"] == "copy"]
     assert sorted(lab["seed"] for lab, _ in copy) == list(suite.SYNTHETIC["seeds"])
@@ -287,8 +292,8 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     assert sorted(lab["seed"] for lab, _ in tuned if lab["task"] == "lm") == list(suite.LM["seeds"])
     assert copy[0][1] == suite.cell("rope", "copy", 0, suite.LR_GRID[1])              # seed 0 is the grid's own run
     shown = suite.view(store)
-    chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LM_LR_GRID[2]}
-    assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 3 + len(suite.LM_LR_GRID)
+    chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LM_LR_GRID[2], ("alibi", "sort"): suite.LR_GRID[2]}
+    assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 6 + len(suite.LM_LR_GRID)
     assert {(r["task"], r["lr"]) for r in shown["rows"]} == {(task, lr) for (_, task), lr in chosen.items()}
     assert suite.tuned_records("rope", "copy", store) is None                        # tuned seeds 1-4 not stored
     for k in suite.SYNTHETIC["seeds"][1:]:

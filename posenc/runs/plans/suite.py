@@ -66,14 +66,31 @@ def lr_grid(task: str) -> tuple:
     return LM_LR_GRID if task == "lm" else LR_GRID
 
 
+def grid_scores(profile: str, scheme: str, task: str, store: Store | None = None) -> dict | None:
+    """{learning rate: `score_at_l`} of the grid's seed-0 runs, or None while one of them is missing."""
+    store = Store(profile) if store is None else store
+    records = {lr: store.get(cell(scheme, task, 0, lr)) for lr in lr_grid(task)}
+    if any(r is None for r in records.values()):
+        return None
+    return {lr: score_at_l(r, task) for lr, r in records.items()}
+
+
 def chosen_lr(profile: str, scheme: str, task: str, store: Store | None = None) -> float | None:
     """The grid's best learning rate (the first of equals), or None while a grid run is missing."""
-    store = Store(profile) if store is None else store
-    records = [store.get(cell(scheme, task, 0, lr)) for lr in lr_grid(task)]
-    if any(r is None for r in records):
-        return None
-    scores = [score_at_l(r, task) for r in records]
-    return lr_grid(task)[scores.index(max(scores))]
+    scores = grid_scores(profile, scheme, task, store)
+    return None if scores is None else max(scores, key=lambda lr: (scores[lr], -lr))
+
+
+def at_the_edge(profile: str = "paper", store: Store | None = None) -> list:
+    """[(scheme, task, gain)] for each stored grid whose best rate is the largest it tried, with the gain of that
+    rate's score over the next smaller rate's: where a wider grid might tune the scheme further."""
+    out = []
+    for scheme, task in pairs():
+        scores = grid_scores(profile, scheme, task, store)
+        if scores is not None and chosen_lr(profile, scheme, task, store) == lr_grid(task)[-1]:
+            top, below = lr_grid(task)[-1], lr_grid(task)[-2]
+            out.append((scheme, task, scores[top] - scores[below]))
+    return out
 
 
 def pairs() -> list:
