@@ -22,7 +22,9 @@ SCHEME_STYLE = {name: (_TOL[i], "osD^v<>ph*Xd8P"[i % 14]) for i, name in enumera
     ["nope", "learned", "sinusoidal", "floater", "multiplicative", "complex", "shaw", "xl", "t5", "tupe", "deberta",
      "rope", "alibi", "xpos", "fire", "kerple", "cope", "rnn",
      # options compared as rows of their own (posenc.runs.plans.comparison.VARIANTS)
-     "rope (NoPE layers)", "rope (randomized)"])}
+     "rope (NoPE layers)", "rope (randomized)",
+     # the paper tier's own option rows (posenc.runs.plans.suite.LM_VARIANTS)
+     "fire (threshold L/4)"])}
 
 
 def style(label) -> dict:

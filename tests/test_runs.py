@@ -307,13 +307,13 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
 
 
 def test_the_paper_tier_trains_the_lm_of_every_row_of_the_comparison_once():
-    """Every scheme and option row of the comparison sweep gets the paper tier's LM, and an option row is the
-    sweep's own option on the tier's cell."""
+    """Every scheme and option row of the comparison sweep, and the tier's own option rows, get the paper tier's
+    LM, and an option row is its option on the tier's cell."""
     from posenc.runs.plans import comparison, suite
-    rows = comparison.schemes_compared() + tuple(comparison.VARIANTS)
+    rows = comparison.schemes_compared() + tuple(comparison.VARIANTS) + tuple(suite.LM_VARIANTS)
     assert sorted(suite.lm_schemes()) == sorted(rows) and suite.lm_schemes()[:len(suite.SCHEMES)] == suite.SCHEMES
     assert [t for s, t in suite.pairs() if s not in suite.SCHEMES] == ["lm"] * (len(rows) - len(suite.SCHEMES))
-    for label, (scheme, model, train) in comparison.VARIANTS.items():
+    for label, (scheme, model, train) in {**comparison.VARIANTS, **suite.LM_VARIANTS}.items():
         spec, plain = suite.cell(label, "lm", 1, 4e-3), suite.cell(scheme, "lm", 1, 4e-3)
         assert spec.scheme == scheme and spec.key != plain.key
         assert spec.model == {**plain.model, **model} and spec.train == {**plain.train, **train}

@@ -31,22 +31,27 @@ STEPS = {"copy": 3000, "reverse": 3000, "sort": 6000, "duplicate": 3000, "additi
          "scan": 3000}
 SYNTHETIC = dict(L=8, n_samples=256, seeds=(0, 1, 2, 3, 4))                # a run: 10-90 s of one CPU thread
 LM = dict(L=64, steps=2000, max_tokens=32768, seeds=(0, 1, 2))             # a run: about 1.5 CPU-minutes
+#: LM rows of the tier's own, beyond the comparison's: label -> (scheme, model options, training settings). FIRE's
+#: threshold starts at 512 (its paper's code, trained on 2048 tokens: L/4); this row starts it at the same ratio
+#: of our L, so that its normalisation acts within 8L.
+LM_VARIANTS = {"fire (threshold L/4)": ("fire", {"init_threshold": LM["L"] / 4}, {})}
 
 
 def lm_schemes() -> tuple:
     """The schemes whose LM the tier trains: `SCHEMES` first, then the comparison sweep's other rows (every
-    registered scheme it compares, then its option rows such as "rope (randomized)"), in the sweep's order."""
+    registered scheme it compares, then its option rows such as "rope (randomized)"), in the sweep's order,
+    then the tier's own option rows (`LM_VARIANTS`)."""
     from . import comparison
-    rest = comparison.schemes_compared() + tuple(comparison.VARIANTS)
+    rest = comparison.schemes_compared() + tuple(comparison.VARIANTS) + tuple(LM_VARIANTS)
     return SCHEMES + tuple(s for s in rest if s not in SCHEMES)
 
 
 def cell(scheme: str, task: str, seed: int, lr: float):
-    """The run of one scheme (or one option row of the comparison's `VARIANTS`) on one task at one seed and
-    learning rate."""
+    """The run of one scheme (or one option row of the comparison's `VARIANTS` or of `LM_VARIANTS`) on one task
+    at one seed and learning rate."""
     from .comparison import VARIANTS
-    if scheme in VARIANTS:
-        base, model, train = VARIANTS[scheme]
+    if scheme in VARIANTS or scheme in LM_VARIANTS:
+        base, model, train = {**VARIANTS, **LM_VARIANTS}[scheme]
         return cell(base, task, seed, lr).replace(model=model, train=train)
     common = dict(lr=lr, seed=seed, **MODEL)
     if task == "lm":
