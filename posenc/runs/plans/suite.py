@@ -5,8 +5,8 @@ Tasks in the spirit of Kazemnejad et al. 2023 and Ruoss et al. 2023 (`posenc.tas
 reverse, sort, duplicate, addition, parity and a SCAN-like command language, each trained on lengths
 1..L and scored at L..4L; the schemes are Kazemnejad et al.'s (NoPE, learned and sinusoidal absolute,
 T5's bias, ALiBi, RoPE) and FIRE. The LM is also trained for every other scheme of the comparison sweep
-(`lm_schemes`: every registered scheme and the sweep's option rows), with the same grid, so that the one task
-that reads every scheme at a scale where position is used is in the tier too. Every (scheme, task) first trains seed 0 at each learning rate of
+(`lm_schemes`: every registered scheme and the sweep's option rows), with the same grid, so that every scheme is
+compared once at a scale where position is used. Every (scheme, task) first trains seed 0 at each learning rate of
 `LR_GRID` (`LM_LR_GRID` for the LM); the rate with the best score at L (bits per character for the LM, accuracy otherwise) is
 then used for the remaining seeds. The plan reads the store for that choice, so the tuned seeds are
 declared once their grid is stored (the runner plans again after each pass). The choice uses the same
@@ -80,10 +80,15 @@ def grid_scores(profile: str, scheme: str, task: str, store: Store | None = None
     return {lr: score_at_l(r, task) for lr, r in records.items()}
 
 
+def _best(scores: dict) -> float:
+    """The learning rate with the best score, the smallest of equals."""
+    return max(scores, key=lambda lr: (scores[lr], -lr))
+
+
 def chosen_lr(profile: str, scheme: str, task: str, store: Store | None = None) -> float | None:
     """The grid's best learning rate (the first of equals), or None while a grid run is missing."""
     scores = grid_scores(profile, scheme, task, store)
-    return None if scores is None else max(scores, key=lambda lr: (scores[lr], -lr))
+    return None if scores is None else _best(scores)
 
 
 def at_the_edge(profile: str = "paper", store: Store | None = None) -> list:
@@ -92,7 +97,7 @@ def at_the_edge(profile: str = "paper", store: Store | None = None) -> list:
     out = []
     for scheme, task in pairs():
         scores = grid_scores(profile, scheme, task, store)
-        if scores is not None and chosen_lr(profile, scheme, task, store) == lr_grid(task)[-1]:
+        if scores is not None and _best(scores) == lr_grid(task)[-1]:
             top, below = lr_grid(task)[-1], lr_grid(task)[-2]
             out.append((scheme, task, scores[top] - scores[below]))
     return out
