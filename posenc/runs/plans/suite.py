@@ -66,6 +66,11 @@ def score_at_l(record, task: str) -> float:
     return -row["bpc"] if task == "lm" else row["accuracy"]
 
 
+def seeds(task: str) -> tuple:
+    """The seeds a tuned (scheme, task) is trained with."""
+    return LM["seeds"] if task == "lm" else SYNTHETIC["seeds"]
+
+
 def lr_grid(task: str) -> tuple:
     """The learning rates tried on seed 0 for `task`."""
     return LM_LR_GRID if task == "lm" else LR_GRID
@@ -119,9 +124,8 @@ def declared(store: Store | None = None) -> list:
                 for lr in lr_grid(task)]
         best = chosen_lr("paper", scheme, task, store)
         if best is not None:
-            seeds = LM["seeds"] if task == "lm" else SYNTHETIC["seeds"]
             out += [({"part": "tuned", "scheme": scheme, "task": task, "seed": s, "lr": best},
-                     cell(scheme, task, s, best)) for s in seeds]
+                     cell(scheme, task, s, best)) for s in seeds(task)]
     return out
 
 
@@ -132,8 +136,7 @@ def tuned_records(scheme: str, task: str, store: Store | None = None) -> dict | 
     best = chosen_lr("paper", scheme, task, store)
     if best is None:
         return None
-    seeds = LM["seeds"] if task == "lm" else SYNTHETIC["seeds"]
-    records = {s: store.get(cell(scheme, task, s, best)) for s in seeds}
+    records = {s: store.get(cell(scheme, task, s, best)) for s in seeds(task)}
     return None if any(r is None for r in records.values()) else records
 
 
