@@ -283,8 +283,16 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     assert suite.at_the_edge("paper", store) == []                                  # both bests are inside the grid
     for lr, value in zip(suite.LR_GRID, (0.1, 0.2, 0.5)):
         store.put(suite.cell("alibi", "sort", 0, lr), {"table": [{"x_train": 1.0, "accuracy": value}], "history": []})
-    assert suite.grid_scores("paper", "alibi", "sort", store) == dict(zip(suite.LR_GRID, (0.1, 0.2, 0.5)))
-    assert suite.at_the_edge("paper", store) == [("alibi", "sort", pytest.approx(0.3))]
+    assert suite.rates("paper", "alibi", "sort", store) == suite.LR_GRID + (2 * suite.LR_GRID[-1],)  # its edge won
+    assert suite.grid_scores("paper", "alibi", "sort", store) is None               # until the extension is stored
+    assert suite.chosen_lr("paper", "alibi", "sort", store) is None
+    store.put(suite.cell("alibi", "sort", 0, 2 * suite.LR_GRID[-1]), {"table": [{"x_train": 1.0, "accuracy": 0.4}],
+                                                                     "history": []})
+    assert suite.grid_scores("paper", "alibi", "sort", store) == dict(zip(suite.rates("paper", "alibi", "sort", store),
+                                                                          (0.1, 0.2, 0.5, 0.4)))
+    assert suite.chosen_lr("paper", "alibi", "sort", store) == suite.LR_GRID[2]      # the best is now inside
+    assert suite.at_the_edge("paper", store) == []
+    assert suite.extended("paper", store) == [("alibi", "sort", (2 * suite.LR_GRID[-1],), suite.LR_GRID[2], 0.0)]
     tuned = [(lab, s) for lab, s in plan("15_length_generalisation", "paper") if lab["part"] == "tuned"]
     copy = [(lab, s) for lab, s in tuned if lab["task"] == "copy"]
     assert sorted(lab["seed"] for lab, _ in copy) == list(suite.SYNTHETIC["seeds"])
@@ -293,7 +301,7 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     assert copy[0][1] == suite.cell("rope", "copy", 0, suite.LR_GRID[1])              # seed 0 is the grid's own run
     shown = suite.view(store)
     chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LM_LR_GRID[2], ("alibi", "sort"): suite.LR_GRID[2]}
-    assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 6 + len(suite.LM_LR_GRID)
+    assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 7 + len(suite.LM_LR_GRID)
     assert {(r["task"], r["lr"]) for r in shown["rows"]} == {(task, lr) for (_, task), lr in chosen.items()}
     assert suite.tuned_records("rope", "copy", store) is None                        # tuned seeds 1-4 not stored
     for k in suite.SYNTHETIC["seeds"][1:]:
@@ -304,6 +312,23 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     lm_view = suite.view(store, lm_only=True)
     assert lm_view["lr"] == {("rope", "lm"): suite.LM_LR_GRID[2]} and not lm_view["complete"]
     assert lm_view["stored"] == len(suite.LM_LR_GRID) and {r["task"] for r in lm_view["rows"]} == {"lm"}
+
+
+def test_a_grid_whose_edge_keeps_winning_is_doubled_at_most_max_extensions_times_and_then_reported(tmp_path):
+    from posenc.runs.plans import suite
+    store = Store("paper", tmp_path)
+    grid = suite.lr_grid("lm")
+    for k in range(suite.MAX_EXTENSIONS + 1):                   # bits per character fall with every rate tried
+        grid = suite.rates("paper", "xpos", "lm", store)
+        for i, lr in enumerate(grid):
+            store.put(suite.cell("xpos", "lm", 0, lr), {"table": [{"x_train": 1.0, "bpc": 3.0 - 0.1 * i}], "history": []})
+    assert grid == suite.lr_grid("lm") + tuple(suite.LM_LR_GRID[-1] * 2 ** (j + 1) for j in range(suite.MAX_EXTENSIONS))
+    assert suite.rates("paper", "xpos", "lm", store) == grid                  # the cap holds
+    assert suite.chosen_lr("paper", "xpos", "lm", store) == grid[-1]
+    assert suite.at_the_edge("paper", store) == [("xpos", "lm", pytest.approx(0.1))]
+    [(scheme, task, added, best, gain)] = suite.extended("paper", store)
+    assert (scheme, task, added, best) == ("xpos", "lm", grid[len(suite.LM_LR_GRID):], grid[-1])
+    assert gain == pytest.approx(0.1 * suite.MAX_EXTENSIONS)
 
 
 def test_the_paper_tier_trains_the_lm_of_every_row_of_the_comparison_once():

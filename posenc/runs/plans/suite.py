@@ -7,8 +7,9 @@ reverse, sort, duplicate, addition, parity and a SCAN-like command language, eac
 T5's bias, ALiBi, RoPE) and FIRE. The LM is also trained for every other scheme of the comparison sweep
 (`lm_schemes`: every registered scheme and the sweep's option rows), with the same grid, so that every scheme is
 compared once at a scale where position is used. Every (scheme, task) first trains seed 0 at each learning rate of
-`LR_GRID` (`LM_LR_GRID` for the LM); the rate with the best score at L (bits per character for the LM, accuracy otherwise) is
-then used for the remaining seeds. The plan reads the store for that choice, so the tuned seeds are
+`LR_GRID` (`LM_LR_GRID` for the LM); a grid whose best rate is its largest is extended by doubling, one rate
+at a time (`rates`), until its best lies inside it; the rate with the best score at L (bits per character for
+the LM, accuracy otherwise) is then used for the remaining seeds. The plan reads the store for that choice, so the tuned seeds are
 declared once their grid is stored (the runner plans again after each pass). The choice uses the same
 evaluation the tables report, so seed 0 is, if anything, favoured; the other seeds are not.
 """
@@ -24,6 +25,9 @@ LR_GRID = (1e-3, 2e-3, 4e-3)
 #: The LM's grid reaches further: each time most schemes chose its edge (4e-3, then 8e-3, then 1.6e-2 for five
 #: of seven), it was extended by a factor of 2, until the edge stopped winning or the gain flattened out.
 LM_LR_GRID = LR_GRID + (8e-3, 1.6e-2, 3.2e-2)
+#: The most rates `rates` adds to one grid, each twice the last (up to 8x the base grid's largest rate). The
+#: first doubling settled every grid of the tier: where it won, the second lost.
+MAX_EXTENSIONS = 3
 MODEL = dict(d_model=64, n_heads=4, n_layers=2, batch_size=32)
 #: Steps per task: enough for the best scheme to reach 99% at L in a d=64, 2-layer model (calibrated on
 #: RoPE and the learned table at one learning rate: sort needs 6000, copy and reverse 3000, addition 2000).
@@ -72,17 +76,36 @@ def seeds(task: str) -> tuple:
 
 
 def lr_grid(task: str) -> tuple:
-    """The learning rates tried on seed 0 for `task`."""
+    """The learning rates every scheme tries on seed 0 for `task`, before any extension (`rates`)."""
     return LM_LR_GRID if task == "lm" else LR_GRID
 
 
-def grid_scores(profile: str, scheme: str, task: str, store: Store | None = None) -> dict | None:
-    """{learning rate: `score_at_l`} of the grid's seed-0 runs, or None while one of them is missing."""
-    store = Store(profile) if store is None else store
-    records = {lr: store.get(cell(scheme, task, 0, lr)) for lr in lr_grid(task)}
+def _scores(scheme: str, task: str, grid: tuple, store: Store) -> dict | None:
+    records = {lr: store.get(cell(scheme, task, 0, lr)) for lr in grid}
     if any(r is None for r in records.values()):
         return None
     return {lr: score_at_l(r, task) for lr, r in records.items()}
+
+
+def rates(profile: str, scheme: str, task: str, store: Store | None = None) -> tuple:
+    """The learning rates (scheme, task) tries on seed 0, as its stored runs stand: `lr_grid(task)`, then, while
+    the best of those stored is the largest, twice the largest (at most `MAX_EXTENSIONS` times), so that the
+    chosen rate is a maximum inside the grid rather than at its edge. The last rate may not be stored yet."""
+    store = Store(profile) if store is None else store
+    grid = lr_grid(task)
+    for _ in range(MAX_EXTENSIONS):
+        scores = _scores(scheme, task, grid, store)
+        if scores is None or _best(scores) != grid[-1]:
+            break
+        grid = grid + (2 * grid[-1],)
+    return grid
+
+
+def grid_scores(profile: str, scheme: str, task: str, store: Store | None = None) -> dict | None:
+    """{learning rate: `score_at_l`} of the seed-0 runs at every rate of `rates`, or None while one is missing
+    (an extension included)."""
+    store = Store(profile) if store is None else store
+    return _scores(scheme, task, rates(profile, scheme, task, store), store)
 
 
 def _best(scores: dict) -> float:
@@ -97,14 +120,30 @@ def chosen_lr(profile: str, scheme: str, task: str, store: Store | None = None) 
 
 
 def at_the_edge(profile: str = "paper", store: Store | None = None) -> list:
-    """[(scheme, task, gain)] for each stored grid whose best rate is the largest it tried, with the gain of that
-    rate's score over the next smaller rate's: where a wider grid might tune the scheme further."""
+    """[(scheme, task, gain)] for each stored grid whose best rate is still the largest it tried, after every
+    extension `rates` allows, with the gain of that rate's score over the next smaller rate's: where the
+    scheme may be under-tuned."""
     out = []
     for scheme, task in pairs():
         scores = grid_scores(profile, scheme, task, store)
-        if scores is not None and _best(scores) == lr_grid(task)[-1]:
-            top, below = lr_grid(task)[-1], lr_grid(task)[-2]
+        if scores is not None and _best(scores) == max(scores):
+            top, below = sorted(scores)[-1], sorted(scores)[-2]
             out.append((scheme, task, scores[top] - scores[below]))
+    return out
+
+
+def extended(profile: str = "paper", store: Store | None = None) -> list:
+    """[(scheme, task, rates added, chosen rate, gain)] for each stored grid that `rates` extended beyond
+    `lr_grid(task)`: the gain is the chosen rate's score over the best of the base grid (0 where the extension
+    did not win)."""
+    out = []
+    for scheme, task in pairs():
+        scores = grid_scores(profile, scheme, task, store)
+        base = lr_grid(task)
+        if scores is not None and len(scores) > len(base):
+            best = _best(scores)
+            out.append((scheme, task, tuple(sorted(scores))[len(base):], best,
+                        scores[best] - max(scores[lr] for lr in base)))
     return out
 
 
@@ -121,7 +160,7 @@ def declared(store: Store | None = None) -> list:
     out = []
     for scheme, task in pairs():
         out += [({"part": "grid", "scheme": scheme, "task": task, "seed": 0, "lr": lr}, cell(scheme, task, 0, lr))
-                for lr in lr_grid(task)]
+                for lr in rates("paper", scheme, task, store)]
         best = chosen_lr("paper", scheme, task, store)
         if best is not None:
             out += [({"part": "tuned", "scheme": scheme, "task": task, "seed": s, "lr": best},
