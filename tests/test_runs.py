@@ -331,6 +331,30 @@ def test_a_grid_whose_edge_keeps_winning_is_doubled_at_most_max_extensions_times
     assert gain == pytest.approx(0.1 * suite.MAX_EXTENSIONS)
 
 
+def test_lm_table_shows_each_scheme_at_its_chosen_rate_only_once_every_tuned_seed_is_stored(tmp_path):
+    from posenc.runs.plans import suite
+    store = Store("paper", tmp_path)
+    bpc_at_l = {"xl": 2.0, "rope": 2.5}                    # rope doubles its loss at 8L, xl keeps it
+    for scheme, base in bpc_at_l.items():
+        for i, lr in enumerate(suite.LM_LR_GRID):           # the grid's best is its second rate
+            store.put(suite.cell(scheme, "lm", 0, lr), {"table": [{"x_train": 1.0, "bpc": base + abs(i - 1)}],
+                                                         "history": []})
+    assert suite.lm_table(("xl", "rope"), store) is None    # tuned seeds missing
+    for scheme, base in bpc_at_l.items():
+        for seed in suite.LM["seeds"]:
+            growth = 2.0 if scheme == "rope" else 1.0
+            store.put(suite.cell(scheme, "lm", seed, suite.LM_LR_GRID[1]),
+                      {"table": [{"x_train": float(f), "bpc": (base + 0.01 * seed) * (growth if f == 8 else 1.0)}
+                                 for f in (1, 2, 4, 8)], "history": []})
+    table = suite.lm_table(("rope", "xl"), store)
+    assert table.column("scheme") == ["xl", "rope"]                               # best at L first
+    assert table.column("learning rate") == [f"{suite.LM_LR_GRID[1]:g}"] * 2
+    assert table.column("8x / 1x") == [1.0, 2.0]
+    assert table[0]["1x"].startswith("2.010")                                    # the mean of seeds 0, 1, 2
+    with pytest.raises(ValueError, match="schemes"):
+        suite.lm_table(("no such scheme",), store)
+
+
 def test_the_paper_tier_trains_the_lm_of_every_row_of_the_comparison_once():
     """Every scheme and option row of the comparison sweep, and the tier's own option rows, get the paper tier's
     LM, and an option row is its option on the tier's cell."""
@@ -400,3 +424,17 @@ def test_pick_device():
     assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="got 'tpu0'"):
         pick_device("tpu0")
+
+
+def test_the_repository_ships_the_weights_of_every_stored_run_that_keeps_them():
+    """A record whose spec keeps its weights is read only with its .pt beside it; without it a checkout would
+    rerun the run (and a chapter would show numbers made there, not the stored ones)."""
+    kept = [p for p in sorted((ROOT / "results").glob("*/runs/*.json"))
+            if json.loads(p.read_text())["spec"].get("keep_weights")]
+    assert kept, "the ci store holds runs that keep weights (chapters 00, 03, 05-08, 17 inspect trained models)"
+    missing_weights = [p.name for p in kept if not p.with_suffix(".pt").is_file()]
+    assert not missing_weights, f"records without their weights file: {missing_weights}"
+    tracked = subprocess.run(["git", "ls-files", "results"], capture_output=True, text=True, cwd=ROOT).stdout
+    if tracked:                                                            # a git checkout: they are committed
+        untracked = [p.name for p in kept if str(p.with_suffix(".pt").relative_to(ROOT)) not in tracked.split("\n")]
+        assert not untracked, f"weights not committed (check .gitignore): {untracked}"

@@ -348,3 +348,14 @@ def test_the_dry_run_says_how_much_would_stack():
     specs = [spec(0), spec(1), spec(2), spec(0, scheme="rnn"), spec(1, scheme="rnn"), spec(0, scheme="rope")]
     text = stacking_summary(specs)
     assert text.startswith("--stack-seeds: 3 of 6 runs in 1 stacked groups (")
+
+
+def test_a_record_names_the_thread_count_it_was_trained_with(tmp_path):
+    """The machine line is read while the run's one-thread setting holds, not after it is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        record = execute(spec(0), Store("ci", tmp_path), "cpu")
+        assert "1 torch threads" in record["machine"] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

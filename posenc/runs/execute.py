@@ -68,20 +68,21 @@ def one_thread():
 def execute(spec: RunSpec, store: Store, device: str = "auto") -> Record:
     """Run one spec with its recipe and write its record (and weights) to `store`."""
     from .train import pick_device
+    from ..bench.timing import machine
     dev = pick_device(device)
     with one_thread():
+        made_on = machine(dev)                          # the thread count the run is trained with
         t0 = time.perf_counter()
         out = get_recipe(spec.recipe)(spec, str(dev))
         seconds = time.perf_counter() - t0
-    return _store(spec, out, store, dev, seconds)
+    return _store(spec, out, store, made_on, seconds)
 
 
-def _store(spec: RunSpec, out: dict, store: Store, dev: torch.device, seconds: float, **extra) -> Record:
-    """Write a recipe's output as `spec`'s record (machine, code version, wall time, `extra`), with its
-    weights when the spec keeps them."""
-    from ..bench.timing import machine
+def _store(spec: RunSpec, out: dict, store: Store, made_on: str, seconds: float, **extra) -> Record:
+    """Write a recipe's output as `spec`'s record (`made_on`: the machine line, read while the run's thread
+    setting held; code version, wall time, `extra`), with its weights when the spec keeps them."""
     record = {"table": out["table"], "history": out["history"], "final_loss": out["final_loss"],
-              "machine": machine(dev), "version": code_version(), "seconds": round(seconds, 2), **extra}
+              "machine": made_on, "version": code_version(), "seconds": round(seconds, 2), **extra}
     state = {k: v.detach().cpu() for k, v in out["model"].state_dict().items()} if spec.keep_weights else None
     return store.put(spec, record, state)
 
@@ -98,12 +99,14 @@ def execute_stacked(specs: list, store: Store, device: str = "auto") -> list[Rec
     why = stack_refusal(specs)
     if why is not None:
         raise ValueError(f"these {len(specs)} specs cannot be stacked: {why}")
+    from ..bench.timing import machine
     dev = pick_device(device)
     with one_thread():
+        made_on = machine(dev)
         t0 = time.perf_counter()
         outs = run_stacked(specs, str(dev))
         seconds = (time.perf_counter() - t0) / len(specs)
-    return [_store(spec, out, store, dev, seconds, stacked=len(specs)) for spec, out in zip(specs, outs)]
+    return [_store(spec, out, store, made_on, seconds, stacked=len(specs)) for spec, out in zip(specs, outs)]
 
 
 def execute_group(specs: list, store: Store, device: str = "auto", report=None) -> None:

@@ -179,6 +179,28 @@ def tuned_records(scheme: str, task: str, store: Store | None = None) -> dict | 
     return None if any(r is None for r in records.values()) else records
 
 
+def lm_table(schemes=None, store: Store | None = None, factors=(1, 2, 4, 8)):
+    """The tier's LM of `schemes` (default: every row of `lm_schemes`) as one table, a row per scheme: the rate
+    its grid chose, then bits per character at each factor * L as the mean over seeds with its 95% interval, and
+    the ratio of the means at the last and first factor (`posenc.analysis.length_table`, best at L first).
+    None while a tuned run of one of them is missing, so that a chapter shows only finished rows."""
+    from ...analysis import length_table
+    from ...table import Table
+    schemes = lm_schemes() if schemes is None else tuple(schemes)
+    unknown = [s for s in schemes if s not in lm_schemes()]
+    if unknown or not schemes:
+        raise ValueError(f"schemes: {unknown or 'empty'} not among the tier's LM rows {lm_schemes()}")
+    store = Store("paper") if store is None else store
+    tuned = {s: tuned_records(s, "lm", store) for s in schemes}
+    if any(r is None for r in tuned.values()):
+        return None
+    rows = Table(r for s, by_seed in tuned.items() for seed, rec in by_seed.items()
+                 for r in rec.rows(scheme=s, task="lm", seed=seed))
+    rate = {s: chosen_lr("paper", s, "lm", store) for s in schemes}
+    return Table({"scheme": r["scheme"], "learning rate": f"{rate[r['scheme']]:g}", **r}
+                 for r in length_table(rows, factors=factors))
+
+
 @declare("15_length_generalisation")
 def suite(profile: str):
     return declared() if profile == "paper" else []
