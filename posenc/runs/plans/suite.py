@@ -80,32 +80,38 @@ def lr_grid(task: str) -> tuple:
     return LM_LR_GRID if task == "lm" else LR_GRID
 
 
-def _scores(scheme: str, task: str, grid: tuple, store: Store) -> dict | None:
-    records = {lr: store.get(cell(scheme, task, 0, lr)) for lr in grid}
-    if any(r is None for r in records.values()):
-        return None
-    return {lr: score_at_l(r, task) for lr, r in records.items()}
+def _grid(scheme: str, task: str, store: Store) -> tuple[tuple, dict | None]:
+    """(`rates`, `grid_scores`) in one pass over the stored runs, each record read once: the base grid, then
+    twice its largest rate while that rate scores best (at most `MAX_EXTENSIONS` times)."""
+    grid, scores = (), {}
+    for lr in lr_grid(task):
+        grid += (lr,)
+        record = store.get(cell(scheme, task, 0, lr))
+        if record is None:
+            return lr_grid(task), None
+        scores[lr] = score_at_l(record, task)
+    for _ in range(MAX_EXTENSIONS):
+        if _best(scores) != grid[-1]:
+            break
+        grid += (2 * grid[-1],)
+        record = store.get(cell(scheme, task, 0, grid[-1]))
+        if record is None:
+            return grid, None
+        scores[grid[-1]] = score_at_l(record, task)
+    return grid, scores
 
 
 def rates(profile: str, scheme: str, task: str, store: Store | None = None) -> tuple:
     """The learning rates (scheme, task) tries on seed 0, as its stored runs stand: `lr_grid(task)`, then, while
     the best of those stored is the largest, twice the largest (at most `MAX_EXTENSIONS` times), so that the
     chosen rate is a maximum inside the grid rather than at its edge. The last rate may not be stored yet."""
-    store = Store(profile) if store is None else store
-    grid = lr_grid(task)
-    for _ in range(MAX_EXTENSIONS):
-        scores = _scores(scheme, task, grid, store)
-        if scores is None or _best(scores) != grid[-1]:
-            break
-        grid = grid + (2 * grid[-1],)
-    return grid
+    return _grid(scheme, task, Store(profile) if store is None else store)[0]
 
 
 def grid_scores(profile: str, scheme: str, task: str, store: Store | None = None) -> dict | None:
     """{learning rate: `score_at_l`} of the seed-0 runs at every rate of `rates`, or None while one is missing
     (an extension included)."""
-    store = Store(profile) if store is None else store
-    return _scores(scheme, task, rates(profile, scheme, task, store), store)
+    return _grid(scheme, task, Store(profile) if store is None else store)[1]
 
 
 def _best(scores: dict) -> float:
@@ -127,7 +133,7 @@ def at_the_edge(profile: str = "paper", store: Store | None = None) -> list:
     for scheme, task in pairs():
         scores = grid_scores(profile, scheme, task, store)
         if scores is not None and _best(scores) == max(scores):
-            top, below = sorted(scores)[-1], sorted(scores)[-2]
+            below, top = sorted(scores)[-2:]
             out.append((scheme, task, scores[top] - scores[below]))
     return out
 
@@ -159,10 +165,11 @@ def declared(store: Store | None = None) -> list:
     store = Store("paper") if store is None else store
     out = []
     for scheme, task in pairs():
+        grid, scores = _grid(scheme, task, store)
         out += [({"part": "grid", "scheme": scheme, "task": task, "seed": 0, "lr": lr}, cell(scheme, task, 0, lr))
-                for lr in rates("paper", scheme, task, store)]
-        best = chosen_lr("paper", scheme, task, store)
-        if best is not None:
+                for lr in grid]
+        if scores is not None:
+            best = _best(scores)
             out += [({"part": "tuned", "scheme": scheme, "task": task, "seed": s, "lr": best},
                      cell(scheme, task, s, best)) for s in seeds(task)]
     return out
