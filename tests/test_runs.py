@@ -457,3 +457,22 @@ def test_the_paper_tiers_lm_records_are_what_the_current_code_makes(tmp_path):
     assert got == pytest.approx(want, abs=1e-3), (
         f"{spec.scheme} at lr {spec.train['lr']} (seed {spec.seed}): the stored record ({record['version']}) is not "
         f"what this code makes; rerun the paper tier (results/README.md)")
+
+
+def test_the_runner_can_be_limited_to_some_tasks(tmp_path):
+    """`--tasks` keeps only the runs of the named tasks (a task, or a synthetic task's name), so one half of a
+    tier can be made again on its own; an unknown task is refused by name."""
+    from posenc.runs.__main__ import of_tasks
+    todo = [("15_comparison", spec) for _, spec in plan("15_comparison", "ci")]
+    corpus = of_tasks(todo, ["corpus"])
+    assert corpus and len(corpus) < len(todo) and all(s.task == "corpus" for _, s in corpus)
+    kback = of_tasks(todo, ["kback"])
+    assert kback and all(s.task_kwargs.get("name") == "kback" for _, s in kback)
+    assert of_tasks(todo, None) == todo
+    env = {**os.environ, "POSENC_CI_STORE": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "posenc.runs", "--chapters", "15_comparison", "--tasks", "corpus",
+                          "--dry-run"], capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout
+    assert f"{len({s.key for _, s in corpus})} runs missing" in out
+    bad = subprocess.run([sys.executable, "-m", "posenc.runs", "--chapters", "15_comparison", "--tasks", "nothing",
+                          "--dry-run"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert bad.returncode == 2 and "--tasks" in bad.stderr and "nothing" in bad.stderr

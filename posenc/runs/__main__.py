@@ -4,6 +4,7 @@
     python -m posenc.runs --profile full --deadline 540       # a GPU window: keep what finishes
     python -m posenc.runs --profile full --dry-run            # what is missing, and its estimated cost
     python -m posenc.runs --profile full --fit                # the cost model refitted to the stored runs
+    python -m posenc.runs --profile paper --tasks corpus      # only the runs of one task (or synthetic task name)
     torchrun --nproc_per_node 4 -m posenc.runs --profile full # ranks share the specs (i % world == rank)
 
 Runs are ordered by chapter, then seed, then estimated cost, so that within a deadline
@@ -39,6 +40,14 @@ def collect(chapters, profile: str) -> list:
                 seen.add(spec.key)
                 out.append((rank, name, spec))
     return [(name, spec) for _, name, spec in sorted(out, key=lambda t: t[0])]
+
+
+def of_tasks(todo: list, tasks) -> list:
+    """The (chapter, spec) pairs of `todo` whose task, or synthetic task name, is in `tasks` (all when None)."""
+    if tasks is None:
+        return todo
+    return [(name, spec) for name, spec in todo
+            if spec.task in tasks or spec.task_kwargs.get("name") in tasks]
 
 
 def stacking_summary(specs) -> str:
@@ -96,6 +105,9 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=PROFILES, default="ci")
     parser.add_argument("--chapters", nargs="+", default=None, help=f"default: all ({', '.join(names())})")
+    parser.add_argument("--tasks", nargs="+", default=None,
+                        help="only runs of these tasks: a task (corpus, synthetic, ...) or a synthetic task's name "
+                             "(copy, parity, ...); default: all")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core, 10 per GPU)")
     parser.add_argument("--deadline", type=float, default=None, help="seconds; then stop, keeping what finished")
     parser.add_argument("--device", default="auto")
@@ -118,7 +130,12 @@ def main(argv=None) -> int:
         return prune(args.profile)
     if args.fit:
         return fit_report(args.profile)
-    todo = collect(chapters, args.profile)
+    known = {t for n in chapters for _, s in plan(n, args.profile)
+             for t in (s.task, s.task_kwargs.get("name"))} if args.tasks is not None else set()
+    if args.tasks is not None and set(args.tasks) - known:
+        parser.error(f"--tasks: {sorted(set(args.tasks) - known)} not among the tasks of these chapters' "
+                     f"{args.profile} runs: {', '.join(sorted(t for t in known if t))}")
+    todo = of_tasks(collect(chapters, args.profile), args.tasks)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     todo = todo[rank::world]
     store = Store(args.profile)
@@ -171,7 +188,7 @@ def main(argv=None) -> int:
             break
         # A plan may read the store (a learning-rate grid declares its tuned seeds once the grid is stored):
         # plan again, and go on while that declares runs not yet made.
-        todo = collect(chapters, args.profile)[rank::world]
+        todo = of_tasks(collect(chapters, args.profile), args.tasks)[rank::world]
     return 1 if failed else 0
 
 
