@@ -440,23 +440,25 @@ def test_the_repository_ships_the_weights_of_every_stored_run_that_keeps_them():
         assert not untracked, f"weights not committed (check .gitignore): {untracked}"
 
 
-def test_the_paper_tiers_lm_records_are_what_the_current_code_makes(tmp_path):
-    """The `paper` store is read, never recomputed, by the tests: this keeps it honest. Its cheapest LM record,
-    trained again here by the current code into an empty store, must give the stored bits per character at
-    every length (to 1e-3: across machines kernels may round differently; a change of the training path moves
-    them by far more, e.g. 0.1 at L and 1.0 at 8L between the commits the tier was first made by)."""
+@pytest.mark.parametrize("task, metric", [("corpus", "bpc"), ("synthetic", "accuracy")])
+def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task, metric):
+    """The `paper` store is read, never recomputed, by the tests: this keeps it honest. Its cheapest record of
+    each half (the LM, the synthetic suite), trained again here by the current code into an empty store, must
+    give the stored metric at every length (to 1e-3: across machines kernels may round differently; a change of
+    the training path moves them by far more, e.g. 0.1 bits per character at L and 1.0 at 8L between the
+    commits the tier was first made by)."""
     from posenc.runs.__main__ import declared
     from posenc.runs.execute import execute
     stored = Store("paper")
-    records = [(r, s) for s in declared("paper") if s.task == "corpus" and (r := stored.get(s)) is not None]
-    assert records, "the paper store holds the LM of every scheme (chapter 15)"
+    records = [(r, s) for s in declared("paper") if s.task == task and (r := stored.get(s)) is not None]
+    assert records, f"the paper store holds {task} records (chapter 15)"
     record, spec = min(records, key=lambda rs: rs[0]["seconds"])
     fresh = execute(spec, Store("paper", tmp_path), device="cpu")
-    got = [row["bpc"] for row in fresh["table"]]
-    want = [row["bpc"] for row in record["table"]]
+    got = [row[metric] for row in fresh["table"]]
+    want = [row[metric] for row in record["table"]]
     assert got == pytest.approx(want, abs=1e-3), (
-        f"{spec.scheme} at lr {spec.train['lr']} (seed {spec.seed}): the stored record ({record['version']}) is not "
-        f"what this code makes; rerun the paper tier (results/README.md)")
+        f"{spec.scheme} on {spec.task_kwargs.get('name', task)} at lr {spec.train['lr']} (seed {spec.seed}): the "
+        f"stored record ({record['version']}) is not what this code makes; rerun the paper tier (results/README.md)")
 
 
 def test_the_runner_can_be_limited_to_some_tasks(tmp_path):
