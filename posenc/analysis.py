@@ -245,6 +245,55 @@ def mean_reciprocal_rank(scores: dict, lower_is_better=("lm",)) -> Table:
                           "MRR": mean(1 / ranks[t][s] for t in scores)} for s in schemes), key=lambda r: -r["MRR"]))
 
 
+def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000, seed: int = 0,
+                  lower_is_better=("lm",)) -> Table:
+    """How far seed noise moves the MRR ranking: one row per scheme with its MRR over `tasks`
+    (`mean_reciprocal_rank` of the mean over seeds), the percentile bootstrap interval of that MRR
+    at `level`, and the best and worst place in the MRR order that the middle `level` of resamples give.
+
+    Each resample draws, for every task, its seeds with replacement, paired across schemes (the
+    schemes of one task share seeds, hence data), and recomputes every score as the mean over the
+    drawn seeds of the metric beyond L (x_train > 1: accuracy, or bits per character for `lower_is_better`
+    tasks), then the MRR. Deterministic given `seed`. A rank moves when scores inside their seeds'
+    spread swap, which the mean of the scores does not show.
+    """
+    rows, tasks = Table(rows), list(tasks)
+    if not tasks:
+        raise ValueError("tasks must name at least one task of rows")
+    unknown = [t for t in tasks if not rows.where(task=t)]
+    if unknown:
+        raise ValueError(f"tasks {unknown} have no rows; rows hold {list(dict.fromkeys(rows.column('task')))}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1; got {n_boot!r}")
+    schemes = list(dict.fromkeys(rows.where(task=tasks[0]).column("scheme")))
+    by_seed = {}                                          # {task: {scheme: {seed: score beyond L}}}
+    for t in tasks:
+        metric = "bpc" if t in lower_is_better else "accuracy"
+        by_seed[t] = {s: per_seed(rows, metric, x_train=[x for x in set(rows.column("x_train")) if x > 1],
+                                  task=t, scheme=s) for s in schemes}
+    seeds = {t: sorted(by_seed[t][schemes[0]]) for t in tasks}
+
+    def mrr_of(draw):                                     # draw: {task: [seed, ...]}
+        scores = {t: {s: mean(by_seed[t][s][k] for k in draw[t]) for s in schemes} for t in tasks}
+        return {r["scheme"]: r["MRR"] for r in mean_reciprocal_rank(scores, lower_is_better)}
+
+    point = mrr_of(seeds)
+    rng = random.Random(seed)
+    mrrs, places = {s: [] for s in schemes}, {s: [] for s in schemes}
+    for _ in range(n_boot):
+        m = mrr_of({t: [rng.choice(seeds[t]) for _ in seeds[t]] for t in tasks})
+        order = sorted(schemes, key=lambda s: -m[s])
+        for s in schemes:
+            mrrs[s].append(m[s])
+            places[s].append(order.index(s) + 1)
+    lo_i, hi_i = int(math.floor((1 - level) / 2 * (n_boot - 1))), int(math.ceil((1 + level) / 2 * (n_boot - 1)))
+    out = []
+    for s in sorted(schemes, key=lambda s: -point[s]):
+        m, p = sorted(mrrs[s]), sorted(places[s])
+        out.append({"scheme": s, "MRR": point[s], "MRR interval": [m[lo_i], m[hi_i]], "places": [p[lo_i], p[hi_i]]})
+    return Table(out)
+
+
 def with_interval(values, fmt: str = "{:.3f}") -> str:
     """'mean [low, high]': the mean of `values` (one per seed) and its 95% bootstrap interval
     (`bootstrap_ci`), each written with `fmt`. The book's tables write every interval so."""

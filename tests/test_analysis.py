@@ -92,6 +92,50 @@ def test_findings_table_and_summary_follow_the_rows():
     assert "the 2 schemes ranked) b ranks first and NoPE 2 of 2." in text
 
 
+def _suite(spread):
+    """Three schemes on two tasks, five seeds: `a` best everywhere by 0.2, `b` and `c` level on average,
+    each seed's score shifted by `spread` * (seed - 2), with b and c shifted in opposite directions."""
+    rows = Table()
+    for t in ("copy", "sort"):
+        for s, base, sign in (("a", 0.9, 0), ("b", 0.5, 1), ("c", 0.5, -1)):
+            for seed in range(5):
+                for x in (1.0, 2.0, 4.0):
+                    acc = 1.0 if x == 1.0 else base + sign * spread * (seed - 2) + (0.001 if s == "b" else 0.0)
+                    rows.append({"scheme": s, "task": t, "seed": seed, "x_train": x, "accuracy": acc})
+    return rows
+
+
+def test_mrr_bootstrap_shows_which_places_seed_noise_can_swap():
+    from posenc.analysis import mean_reciprocal_rank, mrr_bootstrap
+    rows = _suite(spread=0.0)                           # no seed noise: every resample is the point MRR
+    out = {r["scheme"]: r for r in mrr_bootstrap(rows, ["copy", "sort"], n_boot=200)}
+    assert [r["scheme"] for r in mrr_bootstrap(rows, ["copy", "sort"], n_boot=50)] == ["a", "b", "c"]
+    assert out["a"]["MRR interval"] == [1.0, 1.0] and out["a"]["places"] == [1, 1]
+    assert out["b"]["MRR interval"] == [0.5, 0.5] and out["c"]["places"] == [3, 3]
+    scores = {t: {s: sum(r["accuracy"] for r in rows.where(task=t, scheme=s) if r["x_train"] > 1) / 10
+                  for s in "abc"} for t in ("copy", "sort")}
+    assert {r["scheme"]: r["MRR"] for r in mean_reciprocal_rank(scores)} == pytest.approx(
+        {s: r["MRR"] for s, r in out.items()})
+    noisy = {r["scheme"]: r for r in mrr_bootstrap(_suite(spread=0.05), ["copy", "sort"], n_boot=400, seed=1)}
+    assert noisy["a"]["places"] == [1, 1]               # 0.2 ahead: no resample moves it
+    assert noisy["b"]["places"] == [2, 3] and noisy["c"]["places"] == [2, 3]     # 0.001 apart: they swap
+    lo, hi = noisy["b"]["MRR interval"]
+    assert lo == pytest.approx(1 / 3) and hi == pytest.approx(0.5)
+    assert mrr_bootstrap(_suite(spread=0.05), ["copy", "sort"], n_boot=100, seed=3) == \
+        mrr_bootstrap(_suite(spread=0.05), ["copy", "sort"], n_boot=100, seed=3)
+
+
+def test_mrr_bootstrap_refuses_bad_input_by_name():
+    from posenc.analysis import mrr_bootstrap
+    rows = _suite(spread=0.0)
+    with pytest.raises(ValueError, match="tasks"):
+        mrr_bootstrap(rows, ["parity"])
+    with pytest.raises(ValueError, match="tasks"):
+        mrr_bootstrap(rows, [])
+    with pytest.raises(ValueError, match="n_boot"):
+        mrr_bootstrap(rows, ["copy"], n_boot=0)
+
+
 def test_per_seed_pairs_runs_by_seed_and_selects_lengths():
     from posenc.analysis import per_seed
     rows = posenc.Table({"scheme": s, "seed": seed, "x_train": x, "acc": base + seed + x / 10}
