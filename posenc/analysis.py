@@ -64,10 +64,15 @@ def bootstrap_ci(values, *, level: float = 0.95, n_boot: int = 2000, seed: int =
         raise ValueError(f"level must be in (0, 1); got {level!r}")
     rng = random.Random(seed)
     n = len(values)
-    means = sorted(sum(rng.choice(values) for _ in range(n)) / n for _ in range(n_boot))
-    lo = means[int(math.floor((1 - level) / 2 * (n_boot - 1)))]
-    hi = means[int(math.ceil((1 + level) / 2 * (n_boot - 1)))]
-    return lo, hi
+    return central((sum(rng.choice(values) for _ in range(n)) / n for _ in range(n_boot)), level=level)
+
+
+def central(draws, *, level: float = 0.95) -> tuple:
+    """The percentile interval holding the middle `level` of `draws` (resampled statistics): the values
+    at ranks floor((1 - level)/2 * (n - 1)) and ceil((1 + level)/2 * (n - 1)) of the sorted draws."""
+    draws = sorted(draws)
+    n = len(draws)
+    return draws[int(math.floor((1 - level) / 2 * (n - 1)))], draws[int(math.ceil((1 + level) / 2 * (n - 1)))]
 
 
 def bootstrap_coverage(n_seeds: int, *, trials: int = 1000, level: float = 0.95, seed: int = 0) -> float:
@@ -266,11 +271,9 @@ def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000
     if n_boot < 1:
         raise ValueError(f"n_boot must be at least 1; got {n_boot!r}")
     schemes = list(dict.fromkeys(rows.where(task=tasks[0]).column("scheme")))
-    by_seed = {}                                          # {task: {scheme: {seed: score beyond L}}}
-    for t in tasks:
-        metric = "bpc" if t in lower_is_better else "accuracy"
-        by_seed[t] = {s: per_seed(rows, metric, x_train=[x for x in set(rows.column("x_train")) if x > 1],
-                                  task=t, scheme=s) for s in schemes}
+    beyond = [x for x in set(rows.column("x_train")) if x > 1]
+    by_seed = {t: {s: per_seed(rows, "bpc" if t in lower_is_better else "accuracy", x_train=beyond, task=t, scheme=s)
+                   for s in schemes} for t in tasks}   # {task: {scheme: {seed: score beyond L}}}
     seeds = {t: sorted(by_seed[t][schemes[0]]) for t in tasks}
 
     def mrr_of(draw):                                     # draw: {task: [seed, ...]}
@@ -286,12 +289,8 @@ def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000
         for s in schemes:
             mrrs[s].append(m[s])
             places[s].append(order.index(s) + 1)
-    lo_i, hi_i = int(math.floor((1 - level) / 2 * (n_boot - 1))), int(math.ceil((1 + level) / 2 * (n_boot - 1)))
-    out = []
-    for s in sorted(schemes, key=lambda s: -point[s]):
-        m, p = sorted(mrrs[s]), sorted(places[s])
-        out.append({"scheme": s, "MRR": point[s], "MRR interval": [m[lo_i], m[hi_i]], "places": [p[lo_i], p[hi_i]]})
-    return Table(out)
+    return Table({"scheme": s, "MRR": point[s], "MRR interval": list(central(mrrs[s], level=level)),
+                  "places": list(central(places[s], level=level))} for s in sorted(schemes, key=lambda s: -point[s]))
 
 
 def with_interval(values, fmt: str = "{:.3f}") -> str:
