@@ -274,7 +274,10 @@ def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000
     beyond = [x for x in set(rows.column("x_train")) if x > 1]
     by_seed = {t: {s: per_seed(rows, "bpc" if t in lower_is_better else "accuracy", x_train=beyond, task=t, scheme=s)
                    for s in schemes} for t in tasks}   # {task: {scheme: {seed: score beyond L}}}
-    seeds = {t: sorted(by_seed[t][schemes[0]]) for t in tasks}
+    seeds = {t: sorted(set.intersection(*(set(by_seed[t][s]) for s in schemes))) for t in tasks}
+    unpaired = [t for t in tasks if not seeds[t]]      # resampling pairs seeds across schemes: they must share one
+    if unpaired:
+        raise ValueError(f"tasks {unpaired} have no seed that every scheme of rows was trained with")
 
     def mrr_of(draw):                                     # draw: {task: [seed, ...]}
         scores = {t: {s: mean(by_seed[t][s][k] for k in draw[t]) for s in schemes} for t in tasks}
@@ -318,18 +321,21 @@ def length_table(rows: Table, *, metric: str = "bpc", factors=(1, 2, 4, 8), hue:
     return Table(sorted(out, key=lambda r: mean(at[r[hue]][first])))
 
 
-def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9, mrr: dict | None = None) -> Table:
+def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9, mrr: dict | None = None,
+             places: dict | None = None) -> Table:
     """The book's summary, one row per scheme: language-model loss at L and its ratio at 8L (means over
     seeds with 95% bootstrap intervals), the length-generalisation MRR (over the tasks some scheme learns to
-    `threshold` at L, `beyond_scores`), and the training-step time and memory against NoPE from the cost
-    benchmark (`costs`: rows with scheme, train/nope, act/nope).
+    `threshold` at L, `beyond_scores`) with the places in the MRR order that seed noise allows
+    (`mrr_bootstrap`), and the training-step time and memory against NoPE from the cost benchmark
+    (`costs`: rows with scheme, train/nope, act/nope).
 
-    mrr: {scheme: MRR} ranked elsewhere (a suite trained for some of the schemes only), instead of ranking
-    `rows`; a scheme it lacks gets an empty MRR cell."""
+    mrr, places: {scheme: MRR} and {scheme: (best place, worst place)} ranked elsewhere (a suite trained
+    for some of the schemes only), instead of ranking `rows`; a scheme they lack gets empty cells."""
     rows = Table(rows)
     lm = rows.where(task="lm")
     if mrr is None:
-        mrr = {r["scheme"]: r["MRR"] for r in mean_reciprocal_rank(beyond_scores(rows, threshold=threshold)[0])}
+        boot = mrr_bootstrap(rows, list(beyond_scores(rows, threshold=threshold)[0]))
+        mrr, places = {r["scheme"]: r["MRR"] for r in boot}, {r["scheme"]: r["places"] for r in boot}
     cost = {r["scheme"]: r for r in (costs or [])}
     out = Table()
     for s in dict.fromkeys(rows.column("scheme")):
@@ -337,12 +343,20 @@ def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9,
         at_l = [lm.where(scheme=s, seed=k, x_train=1.0)[0]["bpc"] for k in seeds]
         ratio = [lm.where(scheme=s, seed=k, x_train=8.0)[0]["bpc"] / lm.where(scheme=s, seed=k, x_train=1.0)[0]["bpc"]
                  for k in seeds]
-        row = {"scheme": s, "bpc at L": with_interval(at_l), "8L / L": with_interval(ratio), "MRR": round(mrr[s], 3) if s in mrr else "",
-               "seeds": len(seeds)}
+        row = {"scheme": s, "bpc at L": with_interval(at_l), "8L / L": with_interval(ratio), "MRR": round(mrr[s], 3) if s in mrr else ""}
+        if places:
+            row["MRR places"] = _places(places[s]) if s in places else ""
+        row["seeds"] = len(seeds)
         if s in cost:
             row |= {"step / NoPE": round(cost[s]["train/nope"], 2), "memory / NoPE": round(cost[s]["act/nope"], 2)}
         out.append(row)
     return Table(sorted(out, key=lambda r: float(r["bpc at L"].split()[0])))
+
+
+def _places(span) -> str:
+    """(best, worst) place in an order, written "2 to 4", or "1" when seed noise cannot move it."""
+    best, worst = span
+    return f"{best}" if best == worst else f"{best} to {worst}"
 
 
 def findings_summary(table: Table) -> str:
@@ -362,7 +376,10 @@ def findings_summary(table: Table) -> str:
             f"On length generalisation (mean reciprocal rank over the tasks some scheme learned"
             f"{'' if len(by_mrr) == len(rows) else f', the {len(by_mrr)} schemes ranked'}) "
             f"{by_mrr[0]['scheme']} ranks first")
-    text += f" and NoPE {nope_rank} of {len(by_mrr)}." if nope_rank else "."
+    span = lambda r: (f" (place{'s' if ' to ' in r['MRR places'] else ''} {r['MRR places']} under seed noise)"
+                      if r.get("MRR places") else "")
+    text += span(by_mrr[0])
+    text += f" and NoPE {nope_rank} of {len(by_mrr)}{span(by_mrr[nope_rank - 1])}." if nope_rank else "."
     if all("step / NoPE" in r for r in rows):
         cheap = sorted((r for r in rows if r["scheme"] != "nope"), key=lambda r: r["step / NoPE"])
         text += (f" A training step costs from {cheap[0]['step / NoPE']:.2f}x NoPE's ({cheap[0]['scheme']}) to "

@@ -85,11 +85,16 @@ def test_findings_table_and_summary_follow_the_rows():
                                   [("a", 1.5), ("b", 1.1), ("nope", 1.0)]]))
     assert [r["scheme"] for r in table] == ["a", "b", "nope"] and table[0]["bpc at L"].startswith("3.010 [")
     text = findings_summary(table)
-    assert "a and b" in text and "b degrades most (1.30x)" in text and "a ranks first" in text and "1.10x NoPE's (b)" in text
+    assert "a and b" in text and "b degrades most (1.30x)" in text and "1.10x NoPE's (b)" in text
+    assert [r["MRR places"] for r in table] == ["1", "2", "3"]          # no seed swaps an order this far apart
+    assert "a ranks first (place 1 under seed noise) and NoPE 3 of 3 (place 3 under seed noise)." in text
     ranked_elsewhere = findings(rows, mrr={"b": 1.0, "nope": 0.5})     # a suite that trained b and NoPE only
     assert [r["MRR"] for r in ranked_elsewhere] == ["", 1.0, 0.5]
     text = findings_summary(ranked_elsewhere)
-    assert "the 2 schemes ranked) b ranks first and NoPE 2 of 2." in text
+    assert "the 2 schemes ranked) b ranks first and NoPE 2 of 2." in text and "MRR places" not in ranked_elsewhere.columns
+    with_places = findings(rows, mrr={"b": 1.0, "nope": 0.5}, places={"b": (1, 2), "nope": (1, 2)})
+    assert [r["MRR places"] for r in with_places] == ["", "1 to 2", "1 to 2"]
+    assert "b ranks first (places 1 to 2 under seed noise) and NoPE 2 of 2 (places 1 to 2" in findings_summary(with_places)
 
 
 def _suite(spread):
@@ -134,6 +139,10 @@ def test_mrr_bootstrap_refuses_bad_input_by_name():
         mrr_bootstrap(rows, [])
     with pytest.raises(ValueError, match="n_boot"):
         mrr_bootstrap(rows, ["copy"], n_boot=0)
+    unpaired = Table(r for r in rows if not (r["task"] == "sort" and r["seed"] == (0 if r["scheme"] == "a" else 1)))
+    assert mrr_bootstrap(unpaired, ["sort"])[0]["scheme"] == "a"       # seeds 2, 3, 4 are shared: resampled alone
+    with pytest.raises(ValueError, match=r"tasks \['sort'\] have no seed"):
+        mrr_bootstrap(Table(r for r in rows if (r["scheme"] == "a") == (r["seed"] == 0)), ["sort"])
 
 
 def test_per_seed_pairs_runs_by_seed_and_selects_lengths():
