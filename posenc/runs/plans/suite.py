@@ -39,9 +39,11 @@ LM = dict(L=64, steps=2000, max_tokens=32768, seeds=(0, 1, 2))             # a r
 #: threshold starts at 512 (its paper's code, trained on 2048 tokens: L/4); this row starts it at the same ratio
 #: of our L, so that its normalisation acts within 8L. T5's last bucket starts at max_distance = 128, above our
 #: L, so its far buckets never train; Press et al. trained it on 512 tokens, where every bucket does. This row
-#: keeps T5's 32 buckets and ends them at L/2, so that every bucket trains here too.
+#: keeps T5's 32 buckets and ends them at L/2, so that every bucket trains here too. xPos's libraries take the
+#: scale base 512 from a 1024-token model (L/2); at our L that decay is 16 times slower, and this row uses L/2.
 LM_VARIANTS = {"fire (threshold L/4)": ("fire", {"init_threshold": LM["L"] / 4}, {}),
-               "t5 (max_distance L/2)": ("t5", {"max_distance": LM["L"] // 2}, {})}
+               "t5 (max_distance L/2)": ("t5", {"max_distance": LM["L"] // 2}, {}),
+               "xpos (scale L/2)": ("xpos", {"scale_base": LM["L"] / 2}, {})}
 
 
 def lm_schemes() -> tuple:
