@@ -370,7 +370,7 @@ def findings_summary(table: Table) -> str:
     nope_rank = [r["scheme"] for r in by_mrr].index("nope") + 1 if any(r["scheme"] == "nope" for r in by_mrr) else None
     text = (f"At the training length the best language models are {best[0]['scheme']} and {best[1]['scheme']} "
             f"({num(best[0], 'bpc at L'):.3f} and {num(best[1], 'bpc at L'):.3f} bits per character). "
-            f"From L to 8L, {', '.join(flat) or 'no scheme'} {'stays' if len(flat) < 2 else 'stay'} within 1% of "
+            f"From L to 8L, {', '.join(flat) or 'no scheme'} {'ends' if len(flat) < 2 else 'end'} at most 1% above "
             f"{'its' if len(flat) < 2 else 'their'} loss at L, while "
             f"{worst['scheme']} degrades most ({num(worst, '8L / L'):.2f}x). "
             f"On length generalisation (mean reciprocal rank over the tasks some scheme learned"
