@@ -66,11 +66,13 @@ SOURCE_RELATIVE = ("shaw", "xl", "t5", "tupe", "deberta", "rope", "alibi")
 def families(schemes) -> list:
     """[(name, schemes)] of the three panels of the comparison's LM figures, each in the order of `schemes`:
     the absolute schemes; NoPE and the source articles' relative schemes; and NoPE, RoPE and ALiBi for
-    reference with the schemes after 2021."""
+    reference with the schemes after 2021. An option row such as "t5 (max_distance L/2)" sits with its
+    scheme, except the sweep's own `VARIANTS` (randomized positions, NoPE layers), ideas after 2021."""
     schemes = list(schemes)
-    newer = [s for s in schemes if s not in ABSOLUTE + SOURCE_RELATIVE]
-    return [("absolute", [s for s in schemes if s in ABSOLUTE]),
-            ("relative, in the source articles", ["nope"] + [s for s in schemes if s in SOURCE_RELATIVE]),
+    base = {s: s if s in VARIANTS else s.split(" (")[0] for s in schemes}
+    newer = [s for s in schemes if base[s] not in ABSOLUTE + SOURCE_RELATIVE]
+    return [("absolute", [s for s in schemes if base[s] in ABSOLUTE]),
+            ("relative, in the source articles", ["nope"] + [s for s in schemes if base[s] in SOURCE_RELATIVE]),
             ("after 2021 (RoPE, ALiBi for reference)", ["nope", "rope", "alibi"] + newer)]
 
 
