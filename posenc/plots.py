@@ -17,14 +17,15 @@ PAGE_WIDTH, DPI = 7.0, 150
 #: colour-blind-safe "muted" and "bright" sets; the markers tell apart the pairs that share a hue.
 _TOL = ["#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499",
         "#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB", "#225555", "#663333",
-        "#222255", "#99DDFF", "#EE8866", "#FFAABB", "#AAAA00"]
+        "#222255", "#99DDFF", "#EE8866", "#FFAABB", "#AAAA00", "#DDAA33", "#BB5566"]
 SCHEME_STYLE = {name: (_TOL[i], "osD^v<>ph*Xd8P"[i % 14]) for i, name in enumerate(
     ["nope", "learned", "sinusoidal", "floater", "multiplicative", "complex", "shaw", "xl", "t5", "tupe", "deberta",
      "rope", "alibi", "xpos", "fire", "kerple", "cope", "rnn",
      # options compared as rows of their own (posenc.runs.plans.comparison.VARIANTS)
      "rope (NoPE layers)", "rope (randomized)",
      # the paper tier's own option rows (posenc.runs.plans.suite.LM_VARIANTS)
-     "fire (threshold L/4)", "t5 (max_distance L/2)", "xpos (scale L/2)"])}
+     "fire (threshold L/4)", "t5 (max_distance L/2)", "xpos (scale L/2)",
+     "shaw (k = 2)", "xl (per-layer u, v)"])}
 
 
 def style(label) -> dict:

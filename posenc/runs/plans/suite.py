@@ -43,7 +43,11 @@ LM = dict(L=64, steps=2000, max_tokens=32768, seeds=(0, 1, 2))             # a r
 #: scale base 512 from a 1024-token model (L/2); at our L that decay is 16 times slower, and this row uses L/2.
 LM_VARIANTS = {"fire (threshold L/4)": ("fire", {"init_threshold": LM["L"] / 4}, {}),
                "t5 (max_distance L/2)": ("t5", {"max_distance": LM["L"] // 2}, {}),
-               "xpos (scale L/2)": ("xpos", {"scale_base": LM["L"] / 2}, {})}
+               "xpos (scale L/2)": ("xpos", {"scale_base": LM["L"] / 2}, {}),
+               # chapters 05 and 06's ablations, judged here where the LM uses position: Shaw et al.'s clipping
+               # distance k = 2 (the default is 16), and XLNet's u, v per layer (Transformer-XL shares them)
+               "shaw (k = 2)": ("shaw", {"max_distance": 2}, {}),
+               "xl (per-layer u, v)": ("xl", {"untie_uv": True}, {})}
 
 
 def lm_schemes() -> tuple:
