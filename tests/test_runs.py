@@ -3,6 +3,7 @@ and the runner survives SIGKILL with records identical to an uninterrupted run."
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -387,6 +388,8 @@ def test_the_runner_plans_again_after_a_pass_for_runs_declared_from_the_store(tm
     out = capsys.readouterr().out
     assert out.count("runs stored") == 2                                      # two passes, one call
     assert out.count(f"{first.train['steps']} training steps in this pass") == 2   # one run per pass
+    times = [(int(a), int(b)) for a, b in re.findall(r"this pass (\d+) s with 1 workers \((\d+) s since the call", out)]
+    assert len(times) == 2 and times[1][1] >= times[0][1] and all(p <= c for p, c in times)  # a pass's own time
 
 
 def test_a_run_holds_one_torch_thread_and_gives_back_the_rest():

@@ -178,9 +178,10 @@ def main(argv=None) -> int:
                         progress=not args.quiet, desc=f"{args.profile} runs", stack_seeds=args.stack_seeds)
         finished = set(out["done"])                       # the aggregate throughput of this pass, every worker
         steps = sum(s.train["steps"] for _, s in todo if s.key in finished)
+        now = time.monotonic()
         print(f"{len(out['done'])} runs stored, {len(out['failed'])} failed, {len(out['abandoned'])} left for the "
-              f"next call; {time.monotonic() - t0:.0f} s with {workers} workers; {steps} training steps in this "
-              f"pass, {steps / max(time.monotonic() - t_pass, 1e-9):.1f} steps/s in all")
+              f"next call; this pass {now - t_pass:.0f} s with {workers} workers ({now - t0:.0f} s since the call "
+              f"began); {steps} training steps in this pass, {steps / max(now - t_pass, 1e-9):.1f} steps/s in all")
         for key, error in out["failed"].items():
             print(f"  failed {key}: {error}", file=sys.stderr)
         failed |= bool(out["failed"])
