@@ -45,8 +45,7 @@ class Table(list):
     def _repr_html_(self) -> str:
         cols = self.columns
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
-        body = "".join("<tr>" + "".join(f"<td>{_html_cell(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
-                       for r in self)
+        body = "".join("<tr>" + "".join(_td(_fmt(r.get(c))) for c in cols) + "</tr>" for r in self)
         # A wide table scrolls inside its own box, so the page never overflows on a phone.
         return (f'<div style="overflow-x: auto; max-width: 100%"><table class="posenc-table"><thead><tr>{head}</tr></thead>'
                 f"<tbody>{body}</tbody></table></div>")
@@ -54,6 +53,18 @@ class Table(list):
 
 #: A value followed by its interval, as `posenc.analysis` writes them: "3.208 [3.198, 3.215]".
 _WITH_INTERVAL = re.compile(r"^(\S+)( \[[^\[\]]+\])$")
+
+
+#: A cell longer than this, with a space in it, is prose (a claim, what was measured, why): it wraps.
+PROSE_CHARS = 40
+
+
+def _td(text: str) -> str:
+    """One cell: numbers and short labels stay on one line; prose (over `PROSE_CHARS` characters, with a
+    space) gets the class `posenc-text`, which the book's stylesheet lets wrap within a readable width,
+    so a claims table fits the page's column instead of scrolling sideways for a sentence."""
+    prose = len(text) > PROSE_CHARS and " " in text
+    return f'<td class="posenc-text">{_html_cell(text)}</td>' if prose else f"<td>{_html_cell(text)}</td>"
 
 
 def _html_cell(text: str) -> str:

@@ -225,6 +225,10 @@ def test_a_tables_html_sets_a_values_interval_apart_and_escapes_the_rest():
     assert '<td>3.208<span class="posenc-ci"> [3.198, 3.215]</span></td>' in html
     assert "<td>+0.1 [-0.2, 0.3] over 3 seeds</td>" in html          # an interval inside a sentence stays put
     assert "<td>1.5</td>" in html and "<td>a &lt;b&gt; &amp; c</td>" in html
+    prose = "bits per character at 8L / at L: 0.982 [0.982, 0.984] over 3 seeds"   # a measured claim: it wraps
+    assert f'<td class="posenc-text">{prose}</td>' in Table([{"measured": prose}])._repr_html_()
+    assert '<td>a_long_identifier_without_any_space_in_it_at_all_xx</td>' in \
+        Table([{"name": "a_long_identifier_without_any_space_in_it_at_all_xx"}])._repr_html_()   # no space: one line
     assert str(Table([{"bpc": "3.208 [3.198, 3.215]"}])).splitlines()[-1].strip() == "3.208 [3.198, 3.215]"
 
 
