@@ -303,6 +303,8 @@ def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_
     shown = suite.view(store)
     chosen = {("rope", "copy"): suite.LR_GRID[1], ("rope", "lm"): suite.LM_LR_GRID[2], ("alibi", "sort"): suite.LR_GRID[2]}
     assert not shown["complete"] and shown["lr"] == chosen and shown["stored"] == 7 + len(suite.LM_LR_GRID)
+    assert shown["pending"].startswith(f"paper tier incomplete ({shown['stored']} of {shown['declared']} runs")
+    assert shown["pending"].endswith("--profile paper --chapters 15_length_generalisation")
     assert {(r["task"], r["lr"]) for r in shown["rows"]} == {(task, lr) for (_, task), lr in chosen.items()}
     assert suite.tuned_records("rope", "copy", store) is None                        # tuned seeds 1-4 not stored
     for k in suite.SYNTHETIC["seeds"][1:]:

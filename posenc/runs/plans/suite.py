@@ -230,7 +230,8 @@ def view(store: Store | None = None, lm_only: bool = False) -> dict:
     the grid's best run (seed 0) of each finished grid, and `complete` is False.
 
     `lm_only=False` (the default) is the suite of `SCHEMES` on every task; `lm_only=True` is the LM of every
-    scheme of `lm_schemes()`."""
+    scheme of `lm_schemes()`. `pending` is what a chapter prints until `complete`: how far the tier has got
+    and the command that resumes it ("" once complete)."""
     store = Store("paper") if store is None else store
     wanted = ({(s, "lm") for s in lm_schemes()} if lm_only else {(s, t) for s in SCHEMES for t in TASKS})
     labelled = [(lab, s) for lab, s in declared(store) if (lab["scheme"], lab["task"]) in wanted]
@@ -243,5 +244,8 @@ def view(store: Store | None = None, lm_only: bool = False) -> dict:
                                     if lab["part"] == "grid" and lr.get((lab["scheme"], lab["task"])) == lab["lr"]]
     columns = ("scheme", "task", "seed", "lr")
     rows = Table(r for lab, s in shown for r in records[s.key].rows(**{k: lab[k] for k in columns}))
-    return {"declared": len(records), "stored": sum(r is not None for r in records.values()), "complete": complete,
-            "lr": lr, "rows": rows}
+    stored = sum(r is not None for r in records.values())
+    pending = "" if complete else (f"paper tier incomplete ({stored} of {len(records)} runs stored so far): "
+                                   "python -m posenc.runs --profile paper --chapters 15_length_generalisation")
+    return {"declared": len(records), "stored": stored, "complete": complete, "lr": lr, "rows": rows,
+            "pending": pending}
