@@ -445,10 +445,44 @@ def test_the_repository_ships_the_weights_of_every_stored_run_that_keeps_them():
         assert not untracked, f"weights not committed (check .gitignore): {untracked}"
 
 
-@pytest.mark.parametrize("task, metric", [("corpus", "bpc"), ("synthetic", "accuracy")])
+def test_the_pretraining_paper_tier_declares_its_rate_grid_apart_from_the_chapters_models():
+    """Chapters 08 and 09 at `paper`: BERT-A's seed 0 is also trained at the grid's other rates, labelled apart
+    (GRID_MODEL, with its "lr"), identical to the chapter's BERT-A but for the rate; every other run is at the
+    declared rate, and the chosen rate is not trained twice."""
+    from posenc.runs.plans import pretraining as pre
+    size = pre.SIZES["paper"]
+    assert size["lr"] in size["lr_grid"]
+    for chapter in ("08_tupe", "09_deberta"):
+        labelled = plan(chapter, "paper")
+        grid = [(lab, s) for lab, s in labelled if "lr" in lab]
+        assert sorted(lab["lr"] for lab, _ in grid) == sorted(r for r in size["lr_grid"] if r != size["lr"])
+        (bert0,) = [s for lab, s in labelled if lab == {"model": "BERT-A", "seed": 0}]
+        for lab, spec in grid:
+            assert lab["model"] == pre.GRID_MODEL and spec.train["lr"] == lab["lr"]
+            assert spec.replace(train={"lr": size["lr"]}, keep_weights=bert0.keep_weights) == bert0
+        assert {s.train["lr"] for lab, s in labelled if "lr" not in lab} == {size["lr"]}
+        assert len({s.key for _, s in labelled}) == len(labelled)
+
+
+def test_the_pretraining_paper_tiers_rate_is_the_best_of_its_stored_grid():
+    """The rate every paper-tier pre-training run uses is the one BERT-A's seed 0 does best with (lowest
+    held-out MLM loss) among the stored grid: the declared number follows the evidence."""
+    from posenc.runs.ensure import chapter
+    from posenc.runs.plans import pretraining as pre
+    runs = chapter("08_tupe", "paper", load_only=True)
+    grid = pre.rate_grid(runs)
+    assert [r["lr"] for r in grid] == list(pre.SIZES["paper"]["lr_grid"])
+    best = min(grid, key=lambda r: r["mlm"])
+    assert best["chosen"] and best["lr"] == pre.SIZES["paper"]["lr"], grid
+    rows = pre.view(runs)[0]
+    assert {r["seed"] for r in rows} == set(pre.SIZES["paper"]["seeds"]) and pre.GRID_MODEL not in rows.column("model")
+
+
+@pytest.mark.parametrize("task, metric", [("corpus", "bpc"), ("synthetic", "accuracy"),
+                                          ("mlm_cls", "mlm")])
 def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task, metric):
     """The `paper` store is read, never recomputed, by the tests: this keeps it honest. Its cheapest record of
-    each half (the LM, the synthetic suite), trained again here by the current code into an empty store, must
+    each part (the LM, the synthetic suite, chapters 08 and 09's pre-training), trained again here by the current code into an empty store, must
     give the stored metric at every length (to 1e-3: across machines kernels may round differently; a change of
     the training path moves them by far more, e.g. 0.1 bits per character at L and 1.0 at 8L between the
     commits the tier was first made by)."""
