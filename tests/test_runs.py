@@ -447,19 +447,21 @@ def test_the_repository_ships_the_weights_of_every_stored_run_that_keeps_them():
 
 def test_the_pretraining_paper_tier_declares_its_rate_grid_apart_from_the_chapters_models():
     """Chapters 08 and 09 at `paper`: BERT-A's seed 0 is also trained at the grid's other rates, labelled apart
-    (GRID_MODEL, with its "lr"), identical to the chapter's BERT-A but for the rate; every other run is at the
-    declared rate, and the chosen rate is not trained twice."""
+    (GRID_MODEL, with its "lr"), identical to the chapter's BERT-A but for the rate, as is the baseline check
+    (every seed at `check_lr`); every other run is at the declared rate, and no run is declared twice."""
     from posenc.runs.plans import pretraining as pre
     size = pre.SIZES["paper"]
     assert size["lr"] in size["lr_grid"]
     for chapter in ("08_tupe", "09_deberta"):
         labelled = plan(chapter, "paper")
         grid = [(lab, s) for lab, s in labelled if "lr" in lab]
-        assert sorted(lab["lr"] for lab, _ in grid) == sorted(r for r in size["lr_grid"] if r != size["lr"])
-        (bert0,) = [s for lab, s in labelled if lab == {"model": "BERT-A", "seed": 0}]
+        assert sorted(lab["lr"] for lab, _ in grid if lab["seed"] == 0) == sorted(r for r in size["lr_grid"]
+                                                                                  if r != size["lr"])
+        assert sorted(lab["seed"] for lab, _ in grid if lab["lr"] == size["check_lr"]) == list(size["seeds"])
         for lab, spec in grid:
+            (bert,) = [s for la, s in labelled if la == {"model": "BERT-A", "seed": lab["seed"]}]
             assert lab["model"] == pre.GRID_MODEL and spec.train["lr"] == lab["lr"]
-            assert spec.replace(train={"lr": size["lr"]}, keep_weights=bert0.keep_weights) == bert0
+            assert spec.replace(train={"lr": size["lr"]}, keep_weights=bert.keep_weights) == bert
         assert {s.train["lr"] for lab, s in labelled if "lr" not in lab} == {size["lr"]}
         assert len({s.key for _, s in labelled}) == len(labelled)
 
@@ -476,6 +478,10 @@ def test_the_pretraining_paper_tiers_rate_is_the_best_of_its_stored_grid():
     assert best["chosen"] and best["lr"] == pre.SIZES["paper"]["lr"], grid
     rows = pre.view(runs)[0]
     assert {r["seed"] for r in rows} == set(pre.SIZES["paper"]["seeds"]) and pre.GRID_MODEL not in rows.column("model")
+    check = pre.baseline_check(runs)
+    assert [r["seed"] for r in check] == list(pre.SIZES["paper"]["seeds"])
+    assert all(r["better"] == min(v for k, v in r.items() if k.startswith("mlm at")) for r in check)
+    assert pre.baseline_check(chapter("08_tupe", "ci", load_only=True)) is None
 
 
 @pytest.mark.parametrize("task, metric", [("corpus", "bpc"), ("synthetic", "accuracy"),
