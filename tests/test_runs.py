@@ -482,6 +482,8 @@ def test_the_pretraining_paper_tiers_rate_is_the_best_of_its_stored_grid():
     assert [r["seed"] for r in check] == list(pre.SIZES["paper"]["seeds"])
     assert all(r["better"] == min(v for k, v in r.items() if k.startswith("mlm at")) for r in check)
     assert pre.baseline_check(chapter("08_tupe", "ci", load_only=True)) is None
+    tupe = {r["seed"]: r["mlm"] for r in rows.where(model="TUPE-A")}
+    assert [r["lead"] for r in pre.baseline_check(runs, against="TUPE-A")] == [r["better"] - tupe[r["seed"]] for r in check]
 
 
 @pytest.mark.parametrize("task, metric", [("corpus", "bpc"), ("synthetic", "accuracy"),

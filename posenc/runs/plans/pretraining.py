@@ -44,6 +44,13 @@ def view(runs, cls_task: str | None = None) -> tuple:
             make_task(spec.task, **spec.task_kwargs))
 
 
+def _bert_mlm(runs, seed: int, lr: float) -> float:
+    """Held-out MLM loss of BERT-A at one seed and rate: the chapter's own run at the chosen rate, else a GRID_MODEL run."""
+    if lr == SIZES[runs.profile]["lr"]:
+        return runs.record(model="BERT-A", seed=seed, cls_task=None, lr=None).table[0]["mlm"]
+    return runs.record(model=GRID_MODEL, seed=seed, lr=lr).table[0]["mlm"]
+
+
 def rate_grid(runs):
     """BERT-A's seed-0 held-out MLM loss at each rate of the profile's `lr_grid` (a Table: lr, mlm, chosen), or
     None for a profile without a grid. The chosen rate's run is the chapter's own BERT-A, seed 0."""
@@ -51,9 +58,7 @@ def rate_grid(runs):
     size = SIZES[runs.profile]
     if "lr_grid" not in size:
         return None
-    mlm = {lab["lr"]: rec.table[0]["mlm"] for lab, rec in runs.select(model=GRID_MODEL, seed=0)}
-    mlm[size["lr"]] = runs.record(model="BERT-A", seed=0, cls_task=None, lr=None).table[0]["mlm"]
-    return Table({"lr": lr, "mlm": mlm[lr], "chosen": lr == size["lr"]} for lr in size["lr_grid"])
+    return Table({"lr": lr, "mlm": _bert_mlm(runs, 0, lr), "chosen": lr == size["lr"]} for lr in size["lr_grid"])
 
 
 def _variants(variants: dict, profile: str, keep=(), cls_task: str | None = None):
@@ -66,19 +71,21 @@ def _variants(variants: dict, profile: str, keep=(), cls_task: str | None = None
             for s in size["seeds"] for name, (scheme, kw) in variants.items()]
 
 
-def baseline_check(runs):
+def baseline_check(runs, against: str | None = None):
     """BERT-A's held-out MLM loss per seed at the chosen rate and at the profile's `check_lr` (a Table: seed, one
-    column per rate, and the better of the two), or None for a profile without a check."""
+    column per rate, and the better of the two; with `against`, a model of the chapter, also "lead": the better
+    minus that model's loss), or None for a profile without a check."""
     from ...table import Table
     size = SIZES[runs.profile]
     if "check_lr" not in size:
         return None
-    chosen, other = size["lr"], size["check_lr"]
     out = Table()
     for s in size["seeds"]:
-        a = runs.record(model="BERT-A", seed=s, cls_task=None, lr=None).table[0]["mlm"]
-        b = runs.record(model=GRID_MODEL, seed=s, lr=other).table[0]["mlm"]
-        out.append({"seed": s, f"mlm at {chosen:g}": a, f"mlm at {other:g}": b, "better": min(a, b)})
+        row = {"seed": s, **{f"mlm at {lr:g}": _bert_mlm(runs, s, lr) for lr in (size["lr"], size["check_lr"])}}
+        row["better"] = min(v for k, v in row.items() if k.startswith("mlm at"))
+        if against is not None:
+            row["lead"] = row["better"] - runs.record(model=against, seed=s, cls_task=None, lr=None).table[0]["mlm"]
+        out.append(row)
     return out
 
 
