@@ -168,6 +168,11 @@ def test_bad_arguments():
         ComplexOrderTransformer(10, 2, d_model=0)
     with pytest.raises(ValueError, match="length"):
         ContrastTask(length=4)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="n_train"):
+            ContrastTask(n_train=bad)
+    with pytest.raises(ValueError, match="n_train"):
+        ContrastTask().train_set()
 
 
 def oracle(task, tokens):
@@ -194,6 +199,34 @@ def test_task_labels_follow_the_rule_and_order_alone_decides():
     x2, y2 = task.batch(4000, torch.Generator().manual_seed(1))
     guess = [votes[key(row)].most_common(1)[0][0] if votes[key(row)] else 0 for row in x2.tolist()]
     assert abs((torch.tensor(guess) == y2).float().mean().item() - 0.5) < 0.04
+
+
+def test_fixed_training_set_is_shared_sampled_and_unseen_at_evaluation():
+    task = ContrastTask(length=12, n_train=64)
+    x, y = task.train_set()
+    assert x.shape == (64, 12) and torch.equal(oracle(task, x), y)
+    assert torch.equal(ContrastTask(length=12, n_train=64).train_set()[0], x)      # the same set for every model
+    seen = {tuple(row) for row in x.tolist()}
+    for seed in (0, 1):                                     # every batch is drawn from the set, whatever the seed
+        bx, by = task.train_batch(256, torch.Generator().manual_seed(seed))
+        assert all(tuple(row) in seen for row in bx.tolist()) and torch.equal(oracle(task, bx), by)
+    assert len({tuple(r) for r in bx.tolist()}) > 48                                # sampled across the set
+    # the evaluation sentences (the held-out generator) are not training sentences
+    ex, _ = task.batch(1000, torch.Generator().manual_seed(12345))
+    assert not seen & {tuple(row) for row in ex.tolist()}
+    # without n_train every batch is fresh: the same generator state gives what `batch` gives
+    fresh = ContrastTask(length=12)
+    assert torch.equal(fresh.train_batch(8, torch.Generator().manual_seed(3))[0],
+                       fresh.batch(8, torch.Generator().manual_seed(3))[0])
+
+
+def test_an_unset_optional_task_setting_stays_out_of_run_specs():
+    from posenc.runs.spec import RunSpec
+    from posenc.tasks import task_defaults
+    assert "n_train" not in task_defaults("contrast")
+    spec = lambda **kw: RunSpec(scheme="nope", task="contrast", task_kwargs={"length": 12, **kw}, recipe="classify")
+    assert "n_train" not in spec().task_kwargs and spec(n_train=100).task_kwargs["n_train"] == 100
+    assert spec().key != spec(n_train=100).key
 
 
 def test_xavier_init_rescales_the_real_model():

@@ -54,12 +54,16 @@ class Task(Protocol):
 
 
 def task_defaults(task: str) -> dict:
-    """The keyword defaults of task `task`'s builder (written into every run spec)."""
+    """The keyword defaults of task `task`'s builder (written into every run spec).
+
+    A default of None marks an optional setting that is off (e.g. `ContrastTask.n_train`): it is left
+    out, so it enters a spec only when set, and the specs made before it existed keep their keys.
+    """
     import inspect
     if task not in BUILDERS:
         raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(BUILDERS))}")
     return {name: p.default for name, p in inspect.signature(BUILDERS[task]).parameters.items()
-            if p.default is not p.empty}
+            if p.default is not p.empty and p.default is not None}
 
 
 def make_task(task: str, /, **kwargs):

@@ -11,6 +11,12 @@ B. Swapping A and B gives a sentence with the same words and the opposite label,
 both are equally likely, so any bag-of-words model (and any Transformer without
 positions) is at exactly 50%: the task measures whether a model uses order
 (which phrase follows "but") and adjacency ("not" right before a word).
+
+By default every training batch is fresh, so a model that trains long enough learns
+the rule exactly. With `n_train` it trains on one fixed set of that many sentences
+(drawn from `TRAIN_SET_SEED`, the same set for every model and seed), as a real
+classification data set would be, and is scored on fresh sentences: accuracy then
+measures how well a model generalises the rule from few examples.
 """
 from __future__ import annotations
 
@@ -23,6 +29,8 @@ from ..model import classification_loss  # noqa: F401  (re-exported: the loss_fn
 
 PAD, BUT, NOT = 0, 1, 2
 N_SPECIAL = 3
+#: Generator seed of the fixed training set (`n_train`); evaluation draws from its own seed (12345).
+TRAIN_SET_SEED = 2020
 
 
 @dataclass
@@ -34,6 +42,8 @@ class ContrastTask:
         n_sentiment: sentiment words per polarity.
         n_fillers: neutral filler words.
         negation: put "not" before each phrase with probability 1/2.
+        n_train: train on one fixed set of this many sentences (batches sampled from it with
+            replacement); None (the default) draws fresh sentences for every batch.
     """
 
     length: int = 16
@@ -41,6 +51,7 @@ class ContrastTask:
     n_fillers: int = 24
     negation: bool = True
     num_classes: int = 2
+    n_train: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.length, int) or self.length < 5:
@@ -48,6 +59,10 @@ class ContrastTask:
         for arg in ("n_sentiment", "n_fillers"):
             if not isinstance(getattr(self, arg), int) or getattr(self, arg) < 1:
                 raise ValueError(f"{arg} must be a positive int; got {getattr(self, arg)!r}")
+        if self.n_train is not None and (not isinstance(self.n_train, int) or isinstance(self.n_train, bool)
+                                         or self.n_train < 1):
+            raise ValueError(f"n_train must be None or a positive int; got {self.n_train!r}")
+        self._train_set = None
 
     @property
     def vocab_size(self) -> int:
@@ -77,9 +92,22 @@ class ContrastTask:
         tokens = torch.tensor([self.sentence(int(y), g, length) for y in labels])
         return tokens, labels
 
+    def train_set(self) -> tuple[Tensor, Tensor]:
+        """The fixed training sentences and labels (`n_train` of them, from `TRAIN_SET_SEED`)."""
+        if self.n_train is None:
+            raise ValueError("this task has no fixed training set: n_train is None (fresh batches)")
+        if self._train_set is None:
+            self._train_set = self.batch(self.n_train, torch.Generator().manual_seed(TRAIN_SET_SEED))
+        return self._train_set
+
     def train_batch(self, batch_size: int, g: torch.Generator, causal: bool = False) -> tuple[Tensor, Tensor]:
-        """The `posenc.train` interface; `causal` is ignored (one label per sentence)."""
-        return self.batch(batch_size, g)
+        """The `posenc.train` interface: fresh sentences, or a sample (with replacement) of the fixed
+        training set when `n_train` is set; `causal` is ignored (one label per sentence)."""
+        if self.n_train is None:
+            return self.batch(batch_size, g)
+        x, y = self.train_set()
+        pick = torch.randint(self.n_train, (batch_size,), generator=g)
+        return x[pick], y[pick]
 
     @torch.no_grad()
     def evaluate(self, model, *, n_samples: int = 1000, length: int | None = None, seed: int = 12345,
