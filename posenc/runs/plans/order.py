@@ -33,9 +33,10 @@ SIZES = {
 }
 #: The `part` label of the learning-rate grid's runs (each also labelled with its "lr").
 RATE_GRID = "rate grid"
-#: Rates tried beyond `lr_grid` by the models whose best was its largest rate (doubled, as the suite does):
-#: a model whose best rate is at the grid's edge may be under-tuned.
-EXTRA_RATES = {"sinusoidal": (2e-2,), "word-sharing period": (2e-2,), "dimension-sharing period": (2e-2,)}
+#: Rates tried beyond `lr_grid` by the models whose best was at its edge: twice the largest or half the smallest
+#: (a model whose best rate is at the grid's edge may be under-tuned). Every extension did worse than the edge.
+EXTRA_RATES = {"sinusoidal": (2e-2,), "word-sharing period": (2e-2,), "dimension-sharing period": (2e-2,),
+               "NoPE": (2e-2,), "complex (scheme)": (5e-4,), "complex vanilla": (5e-4,)}
 #: The rate each model trains at on the paper tier: the best of its grid (checked against the stored grid by a test).
 RATES: dict = {}
 
