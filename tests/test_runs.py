@@ -486,6 +486,29 @@ def test_the_pretraining_paper_tiers_rate_is_the_best_of_its_stored_grid():
     assert [r["lead"] for r in pre.baseline_check(runs, against="TUPE-A")] == [r["better"] - tupe[r["seed"]] for r in check]
 
 
+def test_chapter_10s_paper_rates_are_the_best_of_their_stored_grids_and_none_is_at_an_edge():
+    """Chapter 10 at `paper`: every model trains at the rate with the best mean accuracy over the tuning seeds
+    (outside the tier's seeds), a best at the grid's edge was extended (EXTRA_RATES) until it was not, and the
+    chapter's runs are the tier's seeds only, each at its model's rate, on the fixed training set."""
+    from posenc.runs.ensure import chapter
+    from posenc.runs.plans import order
+    size = order.SIZES["paper"]
+    runs = chapter("10_complex_order", "paper", load_only=True)
+    for row in order.rate_grid(runs):
+        tried = {float(k[3:]): v for k, v in row.items() if k.startswith("lr ") and v is not None}
+        assert sorted(tried) == sorted(order.rates("paper", row["model"]))
+        best = max(tried, key=tried.get)
+        assert best == order.RATES[row["model"]] == row["chosen"], row
+        assert min(tried) < best < max(tried), f"{row['model']}: best rate {best:g} at the edge of its grid"
+    assert not set(size["tuning_seeds"]) & set(size["seeds"])
+    labelled = plan("10_complex_order", "paper")
+    models = [(lab, s) for lab, s in labelled if lab["part"] != order.RATE_GRID]
+    assert {lab["seed"] for lab, _ in models} == set(size["seeds"])
+    assert all(s.train["lr"] == order.RATES[lab["model"]] and s.task_kwargs["n_train"] == size["n_train"]
+               for lab, s in models)
+    assert len({s.key for _, s in labelled}) == len(labelled)
+
+
 @pytest.mark.parametrize("task, metric", [("corpus", "bpc"), ("synthetic", "accuracy"),
                                           ("mlm_cls", "mlm")])
 def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task, metric):

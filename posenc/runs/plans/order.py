@@ -38,7 +38,9 @@ RATE_GRID = "rate grid"
 EXTRA_RATES = {"sinusoidal": (2e-2,), "word-sharing period": (2e-2,), "dimension-sharing period": (2e-2,),
                "NoPE": (2e-2,), "complex (scheme)": (5e-4,), "complex vanilla": (5e-4,)}
 #: The rate each model trains at on the paper tier: the best of its grid (checked against the stored grid by a test).
-RATES: dict = {}
+RATES = {"complex order": 0.003, "complex vanilla": 0.001, "complex (scheme)": 0.001, "sinusoidal": 0.01,
+         "learned": 0.003, "NoPE": 0.01, "no phase": 0.003, "word-sharing period": 0.01,
+         "dimension-sharing period": 0.01, "word-sharing amplitude": 0.003, "dimension-sharing amplitude": 0.003}
 
 
 def _spec(size: dict, name: str, seed: int, lr: float, **sharing) -> RunSpec:
