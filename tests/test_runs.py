@@ -486,6 +486,38 @@ def test_the_pretraining_paper_tiers_rate_is_the_best_of_its_stored_grid():
     assert [r["lead"] for r in pre.baseline_check(runs, against="TUPE-A")] == [r["better"] - tupe[r["seed"]] for r in check]
 
 
+def test_passkey_effects_are_the_share_won_back_and_the_randomized_lead_per_seed_over_depths():
+    """Chapter 16's passkey claims: recovered(v) = (acc_4L(v) - acc_4L) / (acc_L - acc_4L) per seed, each accuracy the
+    mean over depths; the randomized lead is read at random positions, never at 0..n-1."""
+    from posenc.runs.plans import rope_extension as rx
+    acc = {("as trained", 1): (1.0, 0.8), ("as trained", 4): (0.4, 0.6), ("YaRN x4, fine-tuned", 4): (0.7, 0.8)}
+    rows = [{"seed": s, "randomized": False, "variant": v, "x_train": float(x), "depth": d, "accuracy": a - 0.1 * s}
+            for s in (0, 1) for (v, x), pair in acc.items() for d, a in zip((0.0, 1.0), pair)]
+    rows += [{"seed": s, "randomized": True, "variant": "as trained", "positions": pos, "x_train": 4.0, "depth": d,
+              "accuracy": value} for s in (0, 1) for pos, value in (("random", 0.9), ("0..n-1", 0.1)) for d in (0.0, 1.0)]
+    out = rx.passkey_effects(rows)
+    assert set(out["recovered"]) == {"YaRN x4, fine-tuned"}
+    for s in (0, 1):                                  # (0.75 - 0.5) / (0.9 - 0.5), the same for both seeds
+        assert out["recovered"]["YaRN x4, fine-tuned"][s] == pytest.approx(0.625)
+        assert out["randomized lead"][s] == pytest.approx(0.9 - (0.5 - 0.1 * s))
+
+
+def test_chapter_16s_paper_passkey_is_the_ci_passkey_trained_longer_on_new_seeds():
+    """Plan 16_passkey declares only the paper tier: the ci passkey runs with more steps (warm-up a tenth of them)
+    and five seeds, nothing else changed; the chapter's own plan keeps passkey at ci and full."""
+    from posenc.runs.plans import rope_extension as rx
+    assert plan("16_passkey", "ci") == [] and plan("16_passkey", "full") == []
+    paper, ci = plan("16_passkey", "paper"), [(lab, s) for lab, s in plan("16_rope_extension", "ci")
+                                              if lab["task"] == "passkey"]
+    size = rx.PASSKEY["paper"]
+    assert {lab["seed"] for lab, _ in paper} == set(size["seeds"]) and len(paper) == 2 * len(size["seeds"])
+    assert size["warmup"] == size["steps"] // 10 > rx.PASSKEY["ci"]["warmup"]
+    for lab, spec in ci:
+        (twin,) = [s for la, s in paper if la == lab]
+        assert twin.replace(train={"steps": 400, "warmup": 40}) == spec
+    assert not {s.key for _, s in paper} & {s.key for _, s in ci}
+
+
 def test_chapter_10s_paper_rates_are_the_best_of_their_stored_grids_and_none_is_at_an_edge():
     """Chapter 10 at `paper`: every model trains at the rate with the best mean accuracy over the tuning seeds
     (outside the tier's seeds), a best at the grid's edge was extended (EXTRA_RATES) until it was not, and the
@@ -510,10 +542,10 @@ def test_chapter_10s_paper_rates_are_the_best_of_their_stored_grids_and_none_is_
 
 
 @pytest.mark.parametrize("task, metric", [("corpus", "bpc"), ("synthetic", "accuracy"),
-                                          ("mlm_cls", "mlm")])
+                                          ("mlm_cls", "mlm"), ("contrast", "accuracy")])
 def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task, metric):
     """The `paper` store is read, never recomputed, by the tests: this keeps it honest. Its cheapest record of
-    each part (the LM, the synthetic suite, chapters 08 and 09's pre-training), trained again here by the current code into an empty store, must
+    each part (the LM, the synthetic suite, chapters 08 and 09's pre-training, chapter 10's classifiers), trained again here by the current code into an empty store, must
     give the stored metric at every length (to 1e-3: across machines kernels may round differently; a change of
     the training path moves them by far more, e.g. 0.1 bits per character at L and 1.0 at 8L between the
     commits the tier was first made by)."""

@@ -126,3 +126,24 @@ def paper_passkey():
     labelled = passkey_paper("paper")
     records = stored([s for _, s in labelled], "paper")
     return None if records is None else Runs("16_passkey", "paper", labelled, records)
+
+
+def passkey_effects(rows) -> dict:
+    """Per-seed effects of the chapter's passkey claims, from its passkey rows (exact-match accuracy by seed,
+    length and depth): for a variant v of the trained RoPE model, the share of the accuracy lost from L to 4L
+    that v wins back at 4L,
+
+        recovered(v) = (acc_4L(v) - acc_4L) / (acc_L - acc_4L),
+
+    and the lead at 4L of RoPE trained at randomized positions (read at random positions) over RoPE. Returns
+    {"recovered": {variant: {seed: share}}, "randomized lead": {seed: accuracy difference}}."""
+    from ...analysis import per_seed
+    acc = lambda x, **where: per_seed(rows, "accuracy", x_train=x, **where)
+    at_L, at_4L = acc(1, variant="as trained", randomized=False), acc(FACTOR, variant="as trained", randomized=False)
+    variants = [v for v in dict.fromkeys(r["variant"] for r in rows if not r["randomized"]) if v != "as trained"]
+    recovered = {}
+    for v in variants:
+        won = acc(FACTOR, variant=v, randomized=False)
+        recovered[v] = {s: (won[s] - at_4L[s]) / (at_L[s] - at_4L[s]) for s in at_4L}
+    randomized = acc(FACTOR, randomized=True, positions="random")
+    return {"recovered": recovered, "randomized lead": {s: randomized[s] - at_4L[s] for s in at_4L}}
