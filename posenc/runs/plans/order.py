@@ -71,14 +71,15 @@ def rate_grid(runs):
     size = SIZES[runs.profile]
     if "lr_grid" not in size:
         return None
+    tried = {label: rates(runs.profile, label) for _, label, _, _ in _models()}
     out = Table()
-    for _, label, _, _ in _models():
+    for label, own in tried.items():
         row = {"model": label}
-        for lr in sorted({lr for _, lab, _, _ in _models() for lr in rates(runs.profile, lab)}):
+        for lr in sorted(set().union(*tried.values())):
             accs = [runs.record(part=RATE_GRID, model=label, seed=s, lr=lr).table[0]["accuracy"]
-                    for s in size["tuning_seeds"]] if lr in rates(runs.profile, label) else None
+                    for s in size["tuning_seeds"]] if lr in own else None
             row[f"lr {lr:g}"] = sum(accs) / len(accs) if accs else None
-        row["chosen"] = RATES.get(label)
+        row["chosen"] = RATES[label]
         out.append(row)
     return out
 
@@ -92,5 +93,5 @@ def complex_order(profile: str):
             for part, label, name, sharing in _models() for lr in rates(profile, label)
             for s in size.get("tuning_seeds", ())]
     chosen = [({"part": part, "model": label, "seed": s}, _spec(size, name, s, size.get("lr") or RATES[label], **sharing))
-              for part, label, name, sharing in _models() if "lr" in size or label in RATES for s in size["seeds"]]
+              for part, label, name, sharing in _models() for s in size["seeds"]]
     return grid + chosen

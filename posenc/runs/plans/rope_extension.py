@@ -122,10 +122,11 @@ def passkey_paper(profile: str):
 
 def paper_passkey():
     """The paper tier's passkey runs (a `posenc.runs.Runs`), or None until every one is stored."""
-    from ..ensure import Runs, stored
-    labelled = passkey_paper("paper")
-    records = stored([s for _, s in labelled], "paper")
-    return None if records is None else Runs("16_passkey", "paper", labelled, records)
+    from ..ensure import chapter
+    try:
+        return chapter("16_passkey", "paper", load_only=True)
+    except LookupError:
+        return None
 
 
 def passkey_effects(rows) -> dict:
