@@ -22,6 +22,9 @@
 # and pack the store. Keep DEADLINE so that the whole script ends before the call's limit: the
 # archive is made before anything optional (the cost table ends by BUDGET, DEADLINE + 60 s from the
 # start), and $OUT holds at most 7 files (the tool brings back 8).
+# Rehearsal without a GPU (tests/test_gpu_window.py runs it in a throwaway copy of the repository):
+#   DEVICE=cpu CHAPTERS=01_learned STACK=0 DEADLINE=20 bash scripts/gpu_window.sh
+# DEVICE goes to the runner's --device (default auto: the GPU), CHAPTERS to its --chapters (default all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -30,7 +33,7 @@ OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
-{ echo "== before"; python3 -m posenc.runs --profile full --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
+{ echo "== before"; python3 -m posenc.runs --profile full ${CHAPTERS:+--chapters $CHAPTERS} --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
 if [ -z "${STACK:-}" ]; then
     timeout 45 python3 -m posenc.bench --only stacking --rounds 3 --save "$OUT/stacking.json" 2>&1 | tee "$OUT/stacking.log"
     STACK=$(python3 -c "
@@ -43,8 +46,10 @@ except Exception as err:
 fi
 echo "stack seeds: $STACK" | tee -a "$OUT/stacking.log"
 FLAGS=$([ "$STACK" = 1 ] && echo --stack-seeds)
-python3 -m posenc.runs --profile full --deadline "${DEADLINE:-480}" --workers "${WORKERS:-10}" $FLAGS 2>&1 | tee "$OUT/runner.log"
-{ echo "== after"; python3 -m posenc.runs --profile full --dry-run
+SELECT=${CHAPTERS:+--chapters $CHAPTERS}
+python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "${DEADLINE:-480}" \
+    --workers "${WORKERS:-10}" $FLAGS 2>&1 | tee "$OUT/runner.log"
+{ echo "== after"; python3 -m posenc.runs --profile full $SELECT --dry-run
   echo "== the cost model refitted to this window"; python3 -m posenc.runs --profile full --fit; } >> "$OUT/dry_run.txt" 2>&1
 tar czf "$OUT/full_store.tgz" results/full
 LEFT=$(( BUDGET - ($(date +%s) - START) ))
