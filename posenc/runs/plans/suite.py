@@ -34,7 +34,7 @@ MODEL = dict(d_model=64, n_heads=4, n_layers=2, batch_size=32)
 STEPS = {"copy": 3000, "reverse": 3000, "sort": 6000, "duplicate": 3000, "addition": 2000, "parity": 2000,
          "scan": 3000}
 SYNTHETIC = dict(L=8, n_samples=256, seeds=(0, 1, 2, 3, 4))                # a run: 10-90 s of one CPU thread
-LM = dict(L=64, steps=2000, max_tokens=32768, seeds=(0, 1, 2))             # a run: about 1.5 CPU-minutes
+LM = dict(L=64, steps=2000, max_tokens=32768, seeds=(0, 1, 2, 3, 4))       # a run: about 1.5 CPU-minutes
 #: LM rows of the tier's own, beyond the comparison's: label -> (scheme, model options, training settings). FIRE's
 #: threshold starts at 512 (its paper's code, trained on 2048 tokens: L/4); this row starts it at the same ratio
 #: of our L, so that its normalisation acts within 8L. T5's last bucket starts at max_distance = 128, above our
