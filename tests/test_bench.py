@@ -96,6 +96,15 @@ def test_the_gpu_section_is_skipped_on_cpu(capsys):
     assert "skipped (a CUDA benchmark)" in capsys.readouterr().out
 
 
+def test_the_xt_section_is_skipped_by_name_where_x_transformers_is_missing(capsys, monkeypatch):
+    import importlib.util
+    from posenc.bench.__main__ import run_sections
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "x_transformers" else real(name, *a))
+    assert run_sections(["xt"], "cpu", 16, 1, "wall") == {}            # the GPU image has no x-transformers
+    assert "skipped (x-transformers is not installed" in capsys.readouterr().out
+
+
 def test_save_writes_a_new_file_and_merges_sections_of_the_same_machine(tmp_path):
     from posenc.bench.__main__ import save
     path = tmp_path / "new" / "bench.json"

@@ -16,6 +16,7 @@ Ratios are the result; absolute times depend on the machine named in the first l
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -70,6 +71,9 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
             continue
         if name == "gpu" and torch.device(device).type != "cuda":
             print(f"\n== {name}: skipped (a CUDA benchmark)")
+            continue
+        if name == "xt" and importlib.util.find_spec("x_transformers") is None:   # a GPU image may lack it
+            print(f"\n== {name}: skipped (x-transformers is not installed: pip install x-transformers)")
             continue
         print(f"\n== {title}", flush=True)
         result = job()
