@@ -53,6 +53,7 @@ def test_a_window_that_reaches_its_deadline_stops_the_runner_and_brings_the_stor
     listing = (out / "dry_run.txt").read_text()
     assert "== before" in listing and "== after" in listing and "cost model refitted" in listing, listing
     assert listing.count("01_learned") == 4, listing            # cpu and cuda lines, before and after
+    assert str(repo / STORE) in listing, listing                # the copy's posenc and store, never the checkout's
     assert packed(out / "full_store.tgz") == stored             # nothing was finished: the store comes back as it was
     assert len(list(out.iterdir())) <= 7                        # the device tool brings back 8 files at most
     assert "cuda.json" not in {p.name for p in out.iterdir()}   # the cost table waits for a finished tier
