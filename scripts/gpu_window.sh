@@ -32,8 +32,9 @@ BUDGET=${BUDGET:-$(( ${DEADLINE:-480} + 60 ))}   # seconds this script may take 
 OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+SELECT=${CHAPTERS:+--chapters $CHAPTERS}
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
-{ echo "== before"; python3 -m posenc.runs --profile full ${CHAPTERS:+--chapters $CHAPTERS} --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
+{ echo "== before"; python3 -m posenc.runs --profile full $SELECT --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
 if [ -z "${STACK:-}" ]; then
     timeout 45 python3 -m posenc.bench --only stacking --rounds 3 --save "$OUT/stacking.json" 2>&1 | tee "$OUT/stacking.log"
     STACK=$(python3 -c "
@@ -46,7 +47,6 @@ except Exception as err:
 fi
 echo "stack seeds: $STACK" | tee -a "$OUT/stacking.log"
 FLAGS=$([ "$STACK" = 1 ] && echo --stack-seeds)
-SELECT=${CHAPTERS:+--chapters $CHAPTERS}
 python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "${DEADLINE:-480}" \
     --workers "${WORKERS:-10}" $FLAGS 2>&1 | tee "$OUT/runner.log"
 { echo "== after"; python3 -m posenc.runs --profile full $SELECT --dry-run
