@@ -6,7 +6,10 @@
 #
 # Sections gpu (every scheme at d=512 and seq 1024/4096 in bf16; RoPE at LLaMA's shapes; ALiBi and T5
 # through FlexAttention against the [H, n, n] bias at 4096/16384) and schemes/xt at the CPU table's
-# sizes, saved as one JSON file that the comparison chapter reads under the `full` profile.
+# sizes, saved as one JSON file (`posenc.bench.stored` reads it). The comparison chapter shows the gpu
+# section ("On a GPU"); the findings page takes its cost column from the schemes section under the
+# `full` profile. The H200 image has neither x-transformers nor rotary-embedding-torch: the bench then
+# skips xt and the RoPE table's rotary-embedding-torch row, each by name, and keeps the rest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/posenc-gpu-out}

@@ -90,6 +90,19 @@ def test_rope_candidates_agree_in_bf16():
             torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
 
 
+def test_the_rope_table_leaves_out_rotary_embedding_torch_by_name_where_it_is_missing(monkeypatch):
+    """The GPU image has transformers but not rotary-embedding-torch: the table keeps every other row."""
+    import sys
+    from posenc.bench.gpu import rope_llama_times
+    monkeypatch.setitem(sys.modules, "rotary_embedding_torch", None)    # `import` now raises ImportError
+    with pytest.warns(UserWarning, match="rotary-embedding-torch is not installed"):
+        rope = rope_llama_times(seq_lens=(16,), heads=2, head_dim=8, rounds=1, device="cpu", dtype=torch.bfloat16)
+    assert rope.column("candidate") == ["ours half", "ours half, compiled", "transformers LLaMA (half)",
+                                        "ours interleaved", "floor: x * c"]
+    assert rope.where(candidate="ours interleaved")[0]["vs_reference"] is None
+    assert rope.where(candidate="ours half")[0]["vs_reference"] > 0
+
+
 def test_the_gpu_section_is_skipped_on_cpu(capsys):
     from posenc.bench.__main__ import run_sections
     assert run_sections(["gpu"], "cpu", 16, 1, "wall") == {}
@@ -137,3 +150,35 @@ def test_an_unusable_device_is_refused_by_name(monkeypatch, device, match, capsy
     with pytest.raises(SystemExit):
         main(["--only", "rope", "--device", device])
     assert not ran and match in capsys.readouterr().err
+
+
+def test_stored_section_takes_the_first_device_whose_table_holds_it(tmp_path):
+    from posenc.bench.stored import stored_bench, stored_section
+    (tmp_path / "cpu.json").write_text(json.dumps({"machine": "cpu: m", "sections": {
+        "schemes": {"title": "t cpu", "rows": [{"scheme": "nope"}]}, "xt": {"title": "x", "rows": []}}}))
+    assert stored_bench("cuda", tmp_path) is None and stored_section("gpu", ("cuda", "cpu"), tmp_path) is None
+    (tmp_path / "cuda.json").write_text(json.dumps({"machine": "cuda: H200", "sections": {
+        "schemes": {"title": "t cuda", "rows": []}, "gpu": {"title": "g", "rows": {}}}}))
+    assert stored_section("schemes", ("cuda", "cpu"), tmp_path)["machine"] == "cuda: H200"
+    assert stored_section("xt", ("cuda", "cpu"), tmp_path) == {"device": "cpu", "machine": "cpu: m", "title": "x",
+                                                               "rows": []}   # the GPU image may lack x-transformers
+    assert stored_section("schemes", ("cpu",), tmp_path)["title"] == "t cpu"
+    with pytest.raises(ValueError, match="device must be one of"):
+        stored_bench("tpu", tmp_path)
+
+
+def test_cuda_summary_widens_the_scheme_table_and_judges_each_goal():
+    from posenc.bench.stored import cuda_summary
+    schemes = [{"scheme": s, "seq": n, "train_ms": 1.0, "train/nope": t, "peak_MiB": 1.0, "peak/nope": m}
+               for n in (1024, 4096) for s, t, m in (("nope", 1.0, 1.0), ("t5", 1.3 if n == 1024 else 1.6, 2.0))]
+    rope = [{"seq": 2048, "candidate": c, "ms": 1.0, "vs_floor": f, "vs_reference": None}
+            for c, f in (("ours half", 1.4), ("ours interleaved", 1.7), ("transformers LLaMA (half)", 3.0),
+                         ("floor: x * c", 1.0))]
+    bias = [{"scheme": s, "seq": 4096, "train_ms": 1.0, "train/nope": 1.0, "peak_MiB": 1.0, "peak/nope": m}
+            for s, m in (("nope", 1.0), ("t5 flex", 1.08), ("alibi flex", 1.2), ("t5 sdpa", 3.0), ("x flex", None))]
+    out = cuda_summary({"schemes": schemes, "rope": rope, "bias": bias})
+    assert list(out["schemes"]) == [
+        {"scheme": "nope", "step/nope @1024": 1.0, "peak/nope @1024": 1.0, "step/nope @4096": 1.0, "peak/nope @4096": 1.0},
+        {"scheme": "t5", "step/nope @1024": 1.3, "peak/nope @1024": 2.0, "step/nope @4096": 1.6, "peak/nope @4096": 2.0}]
+    assert out["rope"].column("goal") == [True, False, None, None]       # 1.5x the floor, our rows only
+    assert out["bias"].column("goal") == [None, True, False, None, None]  # 1.1x NoPE's peak, flex rows with a peak

@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..scheme import PositionContext
@@ -25,9 +27,11 @@ def rope_candidates(seq: int, dim: int, *, device="cpu", dtype=torch.float32) ->
 
     Each reference gets its tables as its library builds them: LLaMA's cos/sin in the inputs' dtype
     (`LlamaRotaryEmbedding` casts them), ours in float32 (the rotation runs in float32 at least).
+    Where rotary-embedding-torch is not installed (the GPU image lacks it) its row is left out with a
+    warning naming it, and "ours interleaved" is timed against the floor alone.
     """
-    from rotary_embedding_torch import apply_rotary_emb
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    apply_rotary_emb = _rotary_embedding_torch()
 
     from ..rotary import rope_frequencies, rope_table, rotate
     pos = torch.arange(seq, device=device)
@@ -37,7 +41,7 @@ def rope_candidates(seq: int, dim: int, *, device="cpu", dtype=torch.float32) ->
     llama_sin = torch.cat([freqs, freqs], -1).sin()[None].to(dtype)
     ret_freqs = freqs.repeat_interleave(2, -1)                           # (T, d) as RotaryEmbedding.forward
     floor_c = torch.randn(seq, dim, device=device, dtype=dtype)
-    return {
+    fns = {
         "ours half": lambda q, k: (rotate(q, cos, sin, "half"), rotate(k, cos, sin, "half")),
         "ours half, compiled": lambda q, k: (rotate(q, cos, sin, "half", kernel="compiled"),
                                              rotate(k, cos, sin, "half", kernel="compiled")),
@@ -46,6 +50,21 @@ def rope_candidates(seq: int, dim: int, *, device="cpu", dtype=torch.float32) ->
         "rotary-embedding-torch (interleaved)": lambda q, k: (apply_rotary_emb(ret_freqs, q), apply_rotary_emb(ret_freqs, k)),
         FLOOR: lambda q, k: (q * floor_c, k * floor_c),
     }
+    if apply_rotary_emb is None:
+        del fns["rotary-embedding-torch (interleaved)"]
+    return fns
+
+
+def _rotary_embedding_torch():
+    """rotary-embedding-torch's `apply_rotary_emb`, or None (with a warning naming it) where it is not installed."""
+    try:
+        from rotary_embedding_torch import apply_rotary_emb
+    except ImportError:
+        warnings.warn("rotary-embedding-torch is not installed, so the RoPE table has no row for it and the "
+                      "interleaved layout is compared with the floor only (pip install rotary-embedding-torch)",
+                      stacklevel=3)
+        return None
+    return apply_rotary_emb
 
 
 def rope_times(shape=(8, 8, 512, 64), *, repeats: int = 30, clock: str = "cpu") -> Table:
@@ -75,7 +94,7 @@ def time_rope_candidates(shape, repeats, clock, device="cpu", dtype=torch.float3
     best = {n: min(t) for n, t in interleaved_times({n: fwd_bwd(f) for n, f in fns.items()},
                                                     rounds=repeats, warmup=3, clock=clock, device=device).items()}
     return Table({"candidate": n, "ms": 1e3 * s, "vs_floor": s / best[FLOOR],
-                  "vs_reference": s / best[ROPE_REFERENCE[n]] if n in ROPE_REFERENCE else None}
+                  "vs_reference": s / best[ROPE_REFERENCE[n]] if ROPE_REFERENCE.get(n) in best else None}
                  for n, s in best.items())
 
 
