@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The prepared job for a lent GPU window (see the README, "Runs as data"):
 #
-#   call 1:      bash scripts/gpu_window.sh             (timeout_s 600; DEADLINE=480 WORKERS=10 by default)
+#   before:      bash scripts/device_wheels.sh          (here: x-transformers and rotary-embedding-torch as wheels in .whl/)
+#   call 1:      bash scripts/gpu_window.sh             (timeout_s 600, carry [".whl"]; DEADLINE=480 WORKERS=10 by default)
 #   back here:   tar xzf <files_at>/full_store.tgz && git add results/full && git commit
 #                [ -f <files_at>/cuda.json ] && cp <files_at>/cuda.json results/bench/cuda.json
 #   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 2 minutes
 #   of the session's device time are left (status: budget_left_s), with timeout_s = that time - 20:
-#                STACK=<call 1's answer> DEADLINE=<that time - 80> bash scripts/gpu_window.sh
+#                STACK=<call 1's answer> DEADLINE=<that time - 80> bash scripts/gpu_window.sh   (carry [".whl"] again)
 #
 # First a 20-second probe (`python -m posenc.bench --only stacking`): three seeds trained one by one
 # against the same three as one stacked model (torch.func.vmap). The runner then stacks seeds
@@ -33,6 +34,14 @@ OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 SELECT=${CHAPTERS:+--chapters $CHAPTERS}
+SITE=${SITE:-/tmp/posenc-site}
+if compgen -G ".whl/*.whl" > /dev/null; then       # reference libraries the image lacks (scripts/device_wheels.sh)
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl; then
+        export PYTHONPATH="$PYTHONPATH:$SITE"; echo "carried wheels installed: $(cd .whl && echo *.whl)"
+    else
+        echo "the carried wheels did not install: the cost table skips what needs them, by name"
+    fi
+fi
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
 { echo "== before"; python3 -m posenc.runs --profile full $SELECT --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
 if [ -z "${STACK:-}" ]; then

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,21 @@ def window(repo: Path, **env) -> tuple[subprocess.CompletedProcess, float, Path]
     return proc, time.monotonic() - t0, out
 
 
+def probe_wheel(folder: Path) -> str:
+    """A minimal pure-Python wheel (module posenc_probe) in `folder`, standing in for scripts/device_wheels.sh's."""
+    name = "posenc_probe-0.1-py3-none-any.whl"
+    info = "posenc_probe-0.1.dist-info"
+    files = {"posenc_probe.py": "VALUE = 1\n",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: posenc-probe\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / name, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+        z.writestr(f"{info}/RECORD", "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"]))
+    return name
+
+
 def packed(archive: Path) -> set[str]:
     with tarfile.open(archive) as tar:
         return {Path(m.name).name for m in tar.getmembers() if m.isfile()}
@@ -59,9 +75,13 @@ def test_a_window_that_reaches_its_deadline_stops_the_runner_and_brings_the_stor
     assert "cuda.json" not in {p.name for p in out.iterdir()}   # the cost table waits for a finished tier
 
 
-def test_a_window_with_the_tier_done_packs_the_store_before_it_starts_the_cost_table(repo):
-    proc, seconds, out = window(repo, CHAPTERS="12_cnn_zero_padding", DEADLINE="15", BUDGET="200")
+def test_a_window_with_the_tier_done_packs_the_store_before_it_starts_the_cost_table(repo, tmp_path):
+    wheel = probe_wheel(repo / ".whl")                           # carried reference libraries are installed first
+    proc, seconds, out = window(repo, CHAPTERS="12_cnn_zero_padding", DEADLINE="15", BUDGET="200",
+                                SITE=str(tmp_path / "site"))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"carried wheels installed: {wheel}" in proc.stdout, proc.stdout[-2000:]
+    assert (tmp_path / "site" / "posenc_probe.py").exists()
     assert "nothing to run" in (out / "runner.log").read_text()
     assert "the full tier is done" in proc.stdout, proc.stdout[-2000:]
     # On this CPU the cost table's benchmark refuses `--device cuda` by name; on a GPU it fills cuda.json.
