@@ -8,13 +8,12 @@ either, so readers ask for a section and say where it came from.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..table import Table
 
-#: The stored table of each device, in `results/bench/`.
-BENCH_FILES = {"cpu": "cpu.json", "cuda": "cuda.json"}
+#: The devices with a stored table, `results/bench/<device>.json`.
+BENCH_DEVICES = ("cpu", "cuda")
 #: The CUDA cost table's goals (issue: the apply_rope kernel within 1.5x of the memory-bound floor; a bias
 #: scheme through FlexAttention within 1.1x of NoPE's peak memory).
 ROPE_FLOOR_GOAL = 1.5
@@ -24,13 +23,11 @@ FLEX_PEAK_GOAL = 1.1
 def stored_bench(device: str = "cpu", root: str | Path | None = None) -> dict | None:
     """The stored table of `device` ("cpu" or "cuda") under `root` (default: `results/bench`), or None
     where it has not been made. ValueError names an unknown device."""
-    if device not in BENCH_FILES:
-        raise ValueError(f"device must be one of {sorted(BENCH_FILES)}; got {device!r}")
-    if root is None:
-        from ..runs.store import results_root
-        root = results_root() / "bench"
-    path = Path(root) / BENCH_FILES[device]
-    return json.loads(path.read_text()) if path.exists() else None
+    from ..runs.profiles import load_results
+    from ..runs.store import results_root
+    if device not in BENCH_DEVICES:
+        raise ValueError(f"device must be one of {list(BENCH_DEVICES)}; got {device!r}")
+    return load_results(device, Path(root) if root is not None else results_root() / "bench")
 
 
 def stored_section(name: str, devices=("cpu",), root: str | Path | None = None) -> dict | None:
@@ -69,5 +66,5 @@ def cuda_summary(gpu_rows: dict) -> dict[str, Table]:
     return {"schemes": wide, "rope": rope, "bias": bias}
 
 
-__all__ = ["BENCH_FILES", "ROPE_FLOOR_GOAL", "FLEX_PEAK_GOAL", "stored_bench", "stored_section",
+__all__ = ["BENCH_DEVICES", "ROPE_FLOOR_GOAL", "FLEX_PEAK_GOAL", "stored_bench", "stored_section",
            "cuda_summary"]
