@@ -1,4 +1,5 @@
-"""Shaw et al. and Transformer-XL: clipping, the direct-gather identities, rel_shift, memory."""
+"""Shaw et al. and Transformer-XL: clipping, the direct-gather identities, rel_shift, memory, and both
+against transformers' Wav2Vec2-BERT self-attention, an implementation written by others."""
 import math
 
 import pytest
@@ -10,6 +11,8 @@ from posenc.attention import causal_mask
 from posenc.relative import (clipped_relative_positions, gather_relative, rel_shift, relative_ids,
                              spread_relative)
 from posenc.scheme import PositionContext, Scheme
+from transformers import Wav2Vec2BertConfig
+from transformers.models.wav2vec2_bert import modeling_wav2vec2_bert as w2v
 from conftest import small_model
 
 RELATIVE = ["shaw", "xl", "t5"]
@@ -229,3 +232,73 @@ def test_memory_rejects_schemes_that_need_absolute_positions_and_bad_shapes():
         xl.forward_segment(tokens, [torch.zeros(2, 3, 32)])
     with pytest.raises(ValueError, match="mem_len"):
         xl.forward_segment(tokens, mem_len=-1)
+
+
+# -- against transformers' Wav2Vec2-BERT ------------------------------------------------
+# Its self-attention's `relative_key` option is Shaw's clipped key embeddings (eq. 5, keys only) and its
+# `relative` option the Conformer's: Transformer-XL's four terms with rel_shift, bidirectional. One of our
+# attention layers and one of theirs get the same W_q, W_k, W_v, W_o (their biases zeroed), the same
+# position parameters (Shaw's w^K table; XL's W_{k,R}, u and v) and the same input; the outputs must
+# agree. The reference builds its own distances, clipping, sinusoid and shift.
+D, H = 32, 4
+
+
+def reference_pair(scheme: str, kind: str, config: dict, **options):
+    """(our one-layer bidirectional model, transformers' Wav2Vec2BertSelfAttention of `kind`, eager) with the
+    same W_q, W_k, W_v, W_o (the reference's biases zero). Every parameter of ours is redrawn so that outputs
+    are O(1) and a wrong term shows far above the tolerance: matrices at std d^-1/2, everything else (Shaw's
+    table, XL's u and v, zero at initialisation) at std 1."""
+    model = posenc.build_model(scheme, 11, causal=False, d_model=D, n_heads=H, n_layers=1, max_len=32,
+                               **options).eval()
+    cfg = Wav2Vec2BertConfig(hidden_size=D, num_attention_heads=H, position_embeddings_type=kind,
+                             attention_dropout=0.0, **config)
+    cfg._attn_implementation = "eager"
+    ref = w2v.Wav2Vec2BertSelfAttention(cfg).eval()
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=D ** -0.5 if p.dim() == 2 else 1.0)
+        w_q, w_k, w_v = attn.qkv.weight.split(D)
+        for linear, weight in ((ref.linear_q, w_q), (ref.linear_k, w_k), (ref.linear_v, w_v),
+                               (ref.linear_out, attn.out.weight)):
+            linear.weight.copy_(weight)
+            linear.bias.zero_()
+    return model, ref
+
+
+def our_attention(model, x):
+    """The first block's attention of a bidirectional model on x [B, T, D], as the model runs it."""
+    ctx = model.context(x.shape[1], None, x.device)
+    return model.blocks[0].attn(x, model.scheme, ctx)[0]
+
+
+@pytest.mark.parametrize("max_distance,seq", [(2, 9), (4, 7), (16, 12), (0, 5)])
+def test_shaw_keys_equal_transformers_relative_key(max_distance, seq):
+    """e_ij = q_i . (k_j + w^K_clip(j - i, -k, k)) / sqrt(d_h), the reference clipping at k on both sides."""
+    torch.manual_seed(max_distance)
+    model, ref = reference_pair("shaw", "relative_key", dict(left_max_position_embeddings=max_distance,
+                                right_max_position_embeddings=max_distance), max_distance=max_distance, values=False)
+    x = torch.randn(3, seq, D)
+    with torch.no_grad():
+        ref.distance_embedding.weight.copy_(model.scheme.table_k[0])
+        torch.testing.assert_close(our_attention(model, x), ref(x)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seq", [1, 6, 13])
+def test_transformer_xl_equals_transformers_conformer_relative_attention(seq):
+    """A_ij = (q_i + u) . k_j + (q_i + v) . W_{k,R} R_{i-j}, R the sinusoid of i - j, scaled by 1/sqrt(d_h):
+    the reference builds R for i - j = T-1 .. -(T-1) with its own sinusoid and shifts it with its own skew.
+    With R's order reversed (the sign of i - j flipped) it must differ: the comparison can fail."""
+    torch.manual_seed(seq)
+    model, ref = reference_pair("xl", "relative", dict(max_source_positions=64))
+    x = torch.randn(2, seq, D)
+    with torch.no_grad():
+        ref.linear_pos.weight.copy_(model.scheme.w_r[0].weight)
+        ref.pos_bias_u.copy_(model.scheme.u[0])
+        ref.pos_bias_v.copy_(model.scheme.v[0])
+        pe = w2v.Wav2Vec2BertRelPositionalEmbedding(ref.config)(x)     # (1, 2T - 1, D), i - j decreasing
+        ours = our_attention(model, x)
+        torch.testing.assert_close(ours, ref(x, relative_position_embeddings=pe)[0], rtol=1e-5, atol=1e-5)
+        if seq > 1:
+            wrong = ref(x, relative_position_embeddings=pe.flip(1))[0]
+            assert (ours - wrong).abs().max() > 0.1 * ours.abs().max()
