@@ -1,5 +1,6 @@
 """Shaw et al. and Transformer-XL: clipping, the direct-gather identities, rel_shift, memory, and both
-against transformers' Wav2Vec2-BERT self-attention, an implementation written by others."""
+against implementations written by others: transformers' Wav2Vec2-BERT self-attention (Shaw's keys,
+XL bidirectional) and XLNet's relative attention (XL causal, with a memory)."""
 import math
 
 import pytest
@@ -11,7 +12,7 @@ from posenc.attention import causal_mask
 from posenc.relative import (clipped_relative_positions, gather_relative, rel_shift, relative_ids,
                              spread_relative)
 from posenc.scheme import PositionContext, Scheme
-from transformers import Wav2Vec2BertConfig
+from transformers import Wav2Vec2BertConfig, XLNetConfig, XLNetModel
 from transformers.models.wav2vec2_bert import modeling_wav2vec2_bert as w2v
 from conftest import small_model
 
@@ -234,30 +235,38 @@ def test_memory_rejects_schemes_that_need_absolute_positions_and_bad_shapes():
         xl.forward_segment(tokens, mem_len=-1)
 
 
-# -- against transformers' Wav2Vec2-BERT ------------------------------------------------
-# Its self-attention's `relative_key` option is Shaw's clipped key embeddings (eq. 5, keys only) and its
-# `relative` option the Conformer's: Transformer-XL's four terms with rel_shift, bidirectional. One of our
-# attention layers and one of theirs get the same W_q, W_k, W_v, W_o (their biases zeroed), the same
-# position parameters (Shaw's w^K table; XL's W_{k,R}, u and v) and the same input; the outputs must
-# agree. The reference builds its own distances, clipping, sinusoid and shift.
+# -- against transformers' Wav2Vec2-BERT and XLNet ---------------------------------------
+# Wav2Vec2-BERT's self-attention has Shaw's clipped key embeddings (`relative_key`: eq. 5, keys only) and
+# the Conformer's relative attention (`relative`: Transformer-XL's four terms with rel_shift,
+# bidirectional); XLNet's rel_attn_core is Transformer-XL's causal attention over [memory; segment]. One
+# of our attention layers and the reference get the same W_q, W_k, W_v, W_o, the same position
+# parameters (Shaw's w^K table; XL's W_{k,R}, u and v) and the same input; the outputs must agree. The
+# reference builds its own distances, clipping, sinusoid, shift and mask.
 D, H = 32, 4
 
 
-def reference_pair(scheme: str, kind: str, config: dict, **options):
-    """(our one-layer bidirectional model, transformers' Wav2Vec2BertSelfAttention of `kind`, eager) with the
-    same W_q, W_k, W_v, W_o (the reference's biases zero). Every parameter of ours is redrawn so that outputs
-    are O(1) and a wrong term shows far above the tolerance: matrices at std d^-1/2, everything else (Shaw's
-    table, XL's u and v, zero at initialisation) at std 1."""
-    model = posenc.build_model(scheme, 11, causal=False, d_model=D, n_heads=H, n_layers=1, max_len=32,
+def one_layer(scheme: str, causal: bool, **options):
+    """Our one-layer model with every parameter redrawn so that outputs are O(1) and a wrong term shows far
+    above the tolerance: matrices at std d^-1/2, everything else (Shaw's table, XL's u and v, zero at
+    initialisation) at std 1."""
+    model = posenc.build_model(scheme, 11, causal=causal, d_model=D, n_heads=H, n_layers=1, max_len=32,
                                **options).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=D ** -0.5 if p.dim() == 2 else 1.0)
+    return model
+
+
+def reference_pair(scheme: str, kind: str, config: dict, **options):
+    """(our one-layer bidirectional model, redrawn, and transformers' Wav2Vec2BertSelfAttention of `kind`,
+    eager) with the same W_q, W_k, W_v, W_o (the reference's biases zero)."""
+    model = one_layer(scheme, causal=False, **options)
     cfg = Wav2Vec2BertConfig(hidden_size=D, num_attention_heads=H, position_embeddings_type=kind,
                              attention_dropout=0.0, **config)
     cfg._attn_implementation = "eager"
     ref = w2v.Wav2Vec2BertSelfAttention(cfg).eval()
     attn = model.blocks[0].attn
     with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(std=D ** -0.5 if p.dim() == 2 else 1.0)
         w_q, w_k, w_v = attn.qkv.weight.split(D)
         for linear, weight in ((ref.linear_q, w_q), (ref.linear_k, w_k), (ref.linear_v, w_v),
                                (ref.linear_out, attn.out.weight)):
@@ -302,3 +311,35 @@ def test_transformer_xl_equals_transformers_conformer_relative_attention(seq):
         if seq > 1:
             wrong = ref(x, relative_position_embeddings=pe.flip(1))[0]
             assert (ours - wrong).abs().max() > 0.1 * ours.abs().max()
+
+
+@pytest.mark.parametrize("seq,mem", [(6, 0), (5, 4), (1, 7)])
+def test_causal_transformer_xl_with_memory_equals_transformers_xlnet(seq, mem):
+    """The causal layout with a memory of `mem` earlier inputs, against XLNet's rel_attn_core ("uni"): its own
+    sinusoid ([sin, cos] halves, ours interleaved: W_{k,R}'s input columns are permuted to match), its own
+    distances k_len .. 0 and shift, its own mask. W_o is the identity on our side, so the outputs compared
+    are the heads' outputs before the projection; XLNet's q, k, v, r are ours reshaped to [d, heads, d_h]."""
+    torch.manual_seed(seq + mem)
+    model = one_layer("xl", causal=True)
+    xlnet = XLNetModel(XLNetConfig(vocab_size=11, d_model=D, n_layer=1, n_head=H, d_inner=2 * D, attn_type="uni",
+                                   dropout=0.0)).eval()
+    ref, attn = xlnet.layer[0].rel_attn, model.blocks[0].attn
+    halves = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])       # XLNet's column c is our idx[c]
+    with torch.no_grad():
+        attn.out.weight.copy_(torch.eye(D))
+        w_q, w_k, w_v = attn.qkv.weight.split(D)
+        for theirs, ours in ((ref.q, w_q.T), (ref.k, w_k.T), (ref.v, w_v.T), (ref.r, model.scheme.w_r[0].weight.T[halves])):
+            theirs.copy_(ours.reshape(D, H, D // H))
+        ref.r_w_bias.copy_(model.scheme.u[0])
+        ref.r_r_bias.copy_(model.scheme.v[0])
+    x, memory = torch.randn(2, seq, D), torch.randn(2, mem, D)
+    with torch.no_grad():
+        ctx = model.context(seq, None, x.device, mem_len=mem)
+        ours = attn(x, model.scheme, ctx, memory=memory if mem else None)[0]
+        h, keys = x.transpose(0, 1), torch.cat([memory, x], 1).transpose(0, 1)     # XLNet's [len, batch, d]
+        heads = lambda source, w: torch.einsum("ibh,hnd->ibnd", source, w)        # noqa: E731
+        r = xlnet.relative_positional_encoding(seq, seq + mem, bsz=2)             # (k_len + 1, B, D): k_len .. 0
+        future = (torch.arange(seq + mem)[None] > torch.arange(seq)[:, None] + mem).float()[:, :, None, None]
+        vec = ref.rel_attn_core(heads(h, ref.q), heads(keys, ref.k), heads(keys, ref.v), heads(r, ref.r),
+                                attn_mask=future)                                 # (T, B, H, Dh)
+    torch.testing.assert_close(ours, vec.transpose(0, 1).reshape(2, seq, D), rtol=1e-5, atol=1e-5)
