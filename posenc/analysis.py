@@ -321,6 +321,23 @@ def length_table(rows: Table, *, metric: str = "bpc", factors=(1, 2, 4, 8), hue:
     return Table(sorted(out, key=lambda r: mean(at[r[hue]][first])))
 
 
+def length_means(rows: Table, metric: str, *, by: str = "scheme", digits: int = 3) -> Table:
+    """One row per value of `by` (in order of first appearance): the mean of `metric` over its rows at each
+    evaluation length factor x_train, as columns "1x", "2x", ... (rounded to `digits`). Every row of a group
+    at one factor counts once (seeds, and e.g. the passkey's depths): for intervals over seeds use
+    `length_table`. A group has columns only for the factors it was scored at."""
+    rows = Table(rows)
+    for column in (by, metric, "x_train"):
+        if rows and column not in rows.columns:
+            raise ValueError(f"rows has no column {column!r}; columns: {rows.columns}")
+    out = Table()
+    for name in dict.fromkeys(rows.column(by)):
+        group = rows.where(**{by: name})
+        out.append({by: name, **{f"{x:g}x": round(column_mean(group, metric, x_train=x), digits)
+                                 for x in sorted(set(group.column("x_train")))}})
+    return out
+
+
 def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9, mrr: dict | None = None,
              places: dict | None = None) -> Table:
     """The book's summary, one row per scheme: language-model loss at L and its ratio at 8L (means over

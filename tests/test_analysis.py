@@ -254,6 +254,18 @@ def test_length_table_gives_each_length_with_its_interval_and_the_far_to_near_ra
         length_table(rows, factors=(1, 4, 8))
 
 
+def test_length_means_averages_every_row_of_a_group_at_each_factor_in_order_of_first_appearance():
+    from posenc.analysis import length_means
+    rows = Table([{"variant": "b", "x_train": 1.0, "acc": 0.5}, {"variant": "a", "x_train": 2.0, "acc": 0.25},
+                  {"variant": "b", "x_train": 1.0, "acc": 1.0}, {"variant": "b", "x_train": 4.0, "acc": 0.0},
+                  {"variant": "a", "x_train": 1.0, "acc": 0.125}])
+    table = length_means(rows, "acc", by="variant")
+    assert table == [{"variant": "b", "1x": 0.75, "4x": 0.0}, {"variant": "a", "1x": 0.125, "2x": 0.25}]
+    assert length_means(Table(), "acc") == []
+    with pytest.raises(ValueError, match="no column 'bpc'"):
+        length_means(rows, "bpc", by="variant")
+
+
 def test_with_three_seeds_the_95_percent_bootstrap_interval_covers_about_three_times_in_four():
     from posenc.analysis import bootstrap_ci, bootstrap_coverage
     values = [0.3, -1.2, 2.0]
