@@ -276,6 +276,7 @@ def test_schemes_with_memory_accept_one(scheme):
     logits, memory = model.forward_segment(tokens)
     logits2, _ = model.forward_segment(tokens, memory)
     assert logits2.shape == logits.shape and torch.isfinite(logits2).all()
+    assert not torch.allclose(logits2, logits, atol=1e-4)          # the memory's keys are attended to
 
 
 class _PerLayerBias(Scheme):

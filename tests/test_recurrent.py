@@ -120,8 +120,17 @@ def test_the_model_runs_at_lengths_never_seen(causal):
 
 
 def test_a_cls_token_is_the_first_step_of_the_recursion():
+    """With [CLS], the GRU reads [CLS; x_1..x_n]: CLS is step 1, so the tokens' codes all follow it."""
     model = small_model("rnn", causal=True, cls_token=True, num_classes=3)
-    assert model.classify(torch.randint(0, 23, (2, 7))).shape == (2, 3)
+    with torch.no_grad():
+        model.cls.normal_()                                       # zero at initialisation: make it visible
+    read = []
+    model.scheme.gru.register_forward_hook(lambda module, args, out: read.append(args[0]))
+    tokens = torch.randint(0, 23, (2, 7))
+    assert model.classify(tokens).shape == (2, 3)
+    (x,) = read
+    torch.testing.assert_close(x[:, 0], model.cls[0].expand(2, -1))
+    torch.testing.assert_close(x[:, 1:], model.tok(tokens))
 
 
 def test_gradients_reach_the_gru_the_initial_state_and_the_projection():
