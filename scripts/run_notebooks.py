@@ -13,6 +13,8 @@ run the notebook is post-processed so the book and the diffs stay clean:
 * volatile metadata is stripped: papermill's notebook- and cell-level
   ``metadata.papermill``, cell ``metadata.execution`` timings and widget state
   (``kernelspec`` and ``language_info`` are kept);
+* consecutive stream outputs of one cell to the same stream are merged into one (the
+  kernel flushes a long print in pieces, at points that vary from run to run);
 * the file is written by nbformat with Jupyter's 1-space indent.
 
 Each notebook executes into a temporary copy beside it, which replaces it only when
@@ -54,7 +56,22 @@ def clean(path: Path) -> None:
             cell.metadata["tags"] = tags
         for output in cell.get("outputs", []):
             output.get("data", {}).pop("application/vnd.jupyter.widget-view+json", None)
-    nbformat.write(nb, path)  # nbformat writes indent=1, like Jupyter
+        if "outputs" in cell:
+            cell.outputs = merge_streams(cell.outputs)
+    nbformat.write(nb, path)
+
+
+def merge_streams(outputs: list) -> list:
+    """`outputs` with each run of consecutive stream outputs to one stream (stdout, stderr) joined."""
+    merged = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (output.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"
+                and last.get("name") == output.get("name")):
+            last["text"] = "".join(last["text"]) + "".join(output["text"])
+        else:
+            merged.append(output)
+    return merged  # nbformat writes indent=1, like Jupyter
 
 
 def check_paths(paths: list[Path]) -> list[str]:

@@ -42,6 +42,26 @@ def test_a_failing_notebook_keeps_its_stored_outputs_and_names_the_cell(tmp_path
     assert not list(tmp_path.glob(".*.running.ipynb"))              # the temporary copy is gone
 
 
+def test_clean_merges_a_print_the_kernel_flushed_in_pieces(tmp_path):
+    path = notebook(tmp_path / "pieces.ipynb", "print('a'); print('b')", "a\n")
+    nb = nbformat.read(path, as_version=4)
+    out = nbformat.v4.new_output
+    nb.cells[1].outputs = [out("stream", name="stdout", text="a\n"), out("stream", name="stdout", text="b\n"),
+                           out("stream", name="stderr", text="w\n"), out("stream", name="stdout", text="c\n"),
+                           out("execute_result", data={"text/plain": "1"}, execution_count=1),
+                           out("stream", name="stdout", text="d\n")]
+    nbformat.write(nb, path)
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from run_notebooks import clean
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    clean(path)
+    kept = [(o.output_type, o.get("name"), o.get("text")) for o in nbformat.read(path, as_version=4).cells[1].outputs]
+    assert kept == [("stream", "stdout", "a\nb\n"), ("stream", "stderr", "w\n"), ("stream", "stdout", "c\n"),
+                    ("execute_result", None, None), ("stream", "stdout", "d\n")]   # only neighbours on one stream
+
+
 def test_save_results_is_atomic_and_stays_in_its_folder(tmp_path):
     posenc.save_results("bench/x", {"a": 1}, tmp_path)
     assert json.loads((tmp_path / "bench" / "x.json").read_text())["a"] == 1
