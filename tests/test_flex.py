@@ -11,13 +11,15 @@ pytest.importorskip("torch.nn.attention.flex_attention")
 
 def _model(scheme, causal, **kw):
     torch.manual_seed(0)
-    return posenc.build_model(scheme, 30, causal=causal, d_model=32, n_heads=4, n_layers=2, max_len=96, **kw).eval()
+    kw = {"d_model": 32, "n_heads": 4, "n_layers": 2, "max_len": 96, **kw}
+    return posenc.build_model(scheme, 30, causal=causal, **kw).eval()
 
 
+@pytest.mark.parametrize("d_model", [32, 128])     # heads of 8 (the CPU's eager kernel) and 32 (its compiled one)
 @pytest.mark.parametrize("scheme", ["alibi", "t5"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_flex_path_equals_the_bias_tensor_path(scheme, causal):
-    model, x = _model(scheme, causal), torch.randint(0, 30, (2, 24))
+def test_flex_path_equals_the_bias_tensor_path(scheme, causal, d_model):
+    model, x = _model(scheme, causal, d_model=d_model), torch.randint(0, 30, (2, 24))
     with torch.no_grad():
         model.attention_backend = "sdpa"
         want = model(x)
@@ -26,6 +28,17 @@ def test_flex_path_equals_the_bias_tensor_path(scheme, causal):
         shifted = model(x, torch.arange(24) + 50)           # ALiBi and T5 see distances only
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(shifted, want, atol=1e-5, rtol=1e-5)
+
+
+def test_narrow_heads_take_the_eager_kernel_on_the_cpu(monkeypatch):
+    calls = []
+    monkeypatch.setattr(posenc.attention, "_FLEX", lambda *a, **kw: calls.append("compiled"))
+    q = torch.randn(1, 2, 8, posenc.attention.FLEX_CPU_MIN_HEAD_DIM // 2)
+    y = posenc.attention.flex_attention(q, q, q, score_mod=None, block_mask=None, scale=None)
+    assert not calls and torch.allclose(y, torch.nn.functional.scaled_dot_product_attention(q, q, q), atol=1e-6)
+    wide = torch.randn(1, 2, 8, posenc.attention.FLEX_CPU_MIN_HEAD_DIM)
+    posenc.attention.flex_attention(wide, wide, wide, score_mod=None, block_mask=None, scale=None)
+    assert calls == ["compiled"]
 
 
 def test_flex_context_holds_a_function_not_a_bias():
@@ -87,7 +100,7 @@ def test_flex_falls_back_to_the_eager_kernel_when_it_cannot_compile(monkeypatch)
         raise RuntimeError("no C++ compiler")
 
     monkeypatch.setattr(attention._FLEX, "kernel", compiled_but_fails)
-    model, x = _model("alibi", True), torch.randint(0, 30, (2, 12))
+    model, x = _model("alibi", True, d_model=128), torch.randint(0, 30, (2, 12))   # heads the CPU would compile
     with torch.no_grad():
         model.attention_backend = "sdpa"
         want = model(x)
