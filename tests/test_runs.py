@@ -19,6 +19,8 @@ from posenc.runs.plans import names, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 
+EARLY_LOGS = 1   # logged losses (every 50 steps) that any machine must reproduce: rounding has not grown yet
+
 
 def tiny(seed=0, steps=20, scheme="nope", **train):
     return RunSpec(scheme=scheme, task="synthetic", task_kwargs={"name": "kback", "train_length": 6},
@@ -546,10 +548,17 @@ def test_chapter_10s_paper_rates_are_the_best_of_their_stored_grids_and_none_is_
                                           ("mlm_cls", "mlm"), ("contrast", "accuracy")])
 def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task, metric):
     """The `paper` store is read, never recomputed, by the tests: this keeps it honest. Its cheapest record of
-    each part (the LM, the synthetic suite, chapters 08 and 09's pre-training, chapter 10's classifiers), trained again here by the current code into an empty store, must
-    give the stored metric at every length (to 1e-3: across machines kernels may round differently; a change of
-    the training path moves them by far more, e.g. 0.1 bits per character at L and 1.0 at 8L between the
-    commits the tier was first made by)."""
+    each part (the LM, the synthetic suite, chapters 08 and 09's pre-training, chapter 10's classifiers) is
+    trained again here by the current code into an empty store.
+
+    Its first logged training loss (after 50 steps) must be the stored one to 1e-4, on any machine: a change of
+    the training path (data, initialisation, schedule, model) moves it by far more. Where this machine does the same
+    arithmetic as the one that made the record (every logged loss equal, bit for bit), the evaluation must
+    give the stored metric at every length too (to 1e-3). A machine that rounds differently (another SIMD
+    width: an AVX2 CPU against the AVX-512 ones the tier was made on) starts from the same loss to 1e-7,
+    but training amplifies that rounding: on the MLM the two runs part after about 250 steps and end 0.24
+    nats apart, NoPE on parity after 100 steps and 0.13 apart in accuracy, so there only the start is
+    compared."""
     from posenc.runs.__main__ import declared
     from posenc.runs.execute import execute
     stored = Store("paper")
@@ -557,11 +566,17 @@ def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task,
     assert records, f"the paper store holds {task} records (chapter 15)"
     record, spec = min(records, key=lambda rs: rs[0]["seconds"])
     fresh = execute(spec, Store("paper", tmp_path), device="cpu")
-    got = [row[metric] for row in fresh["table"]]
-    want = [row[metric] for row in record["table"]]
-    assert got == pytest.approx(want, abs=1e-3), (
-        f"{spec.scheme} on {spec.task_kwargs.get('name', task)} at lr {spec.train['lr']} (seed {spec.seed}): the "
-        f"stored record ({record['version']}) is not what this code makes; rerun the paper tier (results/README.md)")
+    what = (f"{spec.scheme} on {spec.task_kwargs.get('name', task)} at lr {spec.train['lr']} (seed {spec.seed}): "
+            f"the stored record ({record['version']}) is not what this code makes; rerun the paper tier "
+            f"(results/README.md)")
+    losses = {name: [(h["step"], h["loss"]) for h in r["history"]] for name, r in (("got", fresh), ("want", record))}
+    assert [s for s, _ in losses["got"]] == [s for s, _ in losses["want"]], what
+    start = slice(0, EARLY_LOGS)
+    assert [x for _, x in losses["got"][start]] == pytest.approx([x for _, x in losses["want"][start]], abs=1e-4), what
+    if losses["got"] == losses["want"]:                       # the same arithmetic: the same model, the same metric
+        got = [row[metric] for row in fresh["table"]]
+        want = [row[metric] for row in record["table"]]
+        assert got == pytest.approx(want, abs=1e-3), what
 
 
 def test_the_runner_can_be_limited_to_some_tasks(tmp_path):
