@@ -16,7 +16,7 @@ from .scheme import SCHEMES, PositionContext, Scheme, get_scheme, register
 from .attention import Attention
 from .model import Transformer, build_model
 from .table import Table
-from . import tasks, vision, plots, analysis, interactive
+from . import tasks, vision, analysis
 from .runs.train import TrainConfig, train
 from .runs.evaluate import length_table, run
 from .runs.profiles import (chapter_claims, load_claims, load_results, record_claim, resolve, save_claim,
@@ -35,3 +35,20 @@ __all__ = ["plots", "tasks", "vision", "runs", "analysis", "functional", "scheme
            "run", "length_table", "Table", "resolve", "save_results", "load_results", "save_claim", "record_claim",
            "load_claims", "chapter_claims"]
 __version__ = "0.2.0"
+
+#: Modules loaded when first used: `plots` (matplotlib) and `interactive` (plotly figures). A training
+#: process (a runner's worker, a GPU job) never draws, and starts a second and a half sooner without them.
+_ON_FIRST_USE = ("plots", "interactive")
+
+
+def __getattr__(name: str):
+    if name in _ON_FIRST_USE:
+        import importlib
+        module = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ON_FIRST_USE))

@@ -23,12 +23,25 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torchdiffeq import odeint, odeint_adjoint
 
 from .absolute import TOKEN_INIT_STD, sinusoidal_angles
 from ..host import to_device
 from ..scheme import register
 from ..scheme import PositionContext, Scheme
+
+
+def odeint(*args, **kwargs):
+    """torchdiffeq's `odeint`, imported when first called: torchdiffeq loads scipy, a second at start-up
+    that a process training no adaptive FLOATER never needs."""
+    from torchdiffeq import odeint as solve
+    return solve(*args, **kwargs)
+
+
+def odeint_adjoint(*args, **kwargs):
+    """torchdiffeq's `odeint_adjoint` (O(1)-memory gradients), imported when first called, as `odeint`."""
+    from torchdiffeq import odeint_adjoint as solve
+    return solve(*args, **kwargs)
+
 
 FIXED_STEP = ("rk4", "euler", "midpoint", "explicit_adams", "implicit_adams")
 
