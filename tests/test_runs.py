@@ -570,19 +570,21 @@ def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task,
     what = (f"{spec.scheme} on {spec.task_kwargs.get('name', task)} at lr {spec.train['lr']} (seed {spec.seed}): "
             f"the stored record ({record['version']}) is not what this code makes; rerun the paper tier "
             f"(results/README.md)")
-    want = [(h["step"], h["loss"]) for h in record["history"]]
+    def logged(r):
+        return [(h["step"], h["loss"]) for h in r["history"]]
+    want = logged(record)
     first = want[EARLY_LOGS - 1][0]
     assert first <= spec.train["warmup"], "the cut run would change the schedule before the compared loss"
     opening = execute(spec.replace(train={**spec.train, "steps": first}), Store("paper", tmp_path / "cut"),
                       device="cpu")
-    got = [(h["step"], h["loss"]) for h in opening["history"]]
+    got = logged(opening)
     assert [s for s, _ in got] == [s for s, _ in want[:EARLY_LOGS]], what
     assert [x for _, x in got] == pytest.approx([x for _, x in want[:EARLY_LOGS]], abs=1e-4), what
     if got != want[:EARLY_LOGS]:
         return                                                # another machine's rounding: only the start compares
     fresh = execute(spec, Store("paper", tmp_path), device="cpu")
-    assert [(h["step"], h["loss"]) for h in fresh["history"]][:EARLY_LOGS] == got, "the cut run is not the run's start"
-    if [(h["step"], h["loss"]) for h in fresh["history"]] == want:   # the same arithmetic: the same model, the same metric
+    assert logged(fresh)[:EARLY_LOGS] == got, "the cut run is not the run's start"
+    if logged(fresh) == want:   # the same arithmetic: the same model, the same metric
         assert [row[metric] for row in fresh["table"]] == pytest.approx([row[metric] for row in record["table"]],
                                                                        abs=1e-3), what
 
