@@ -37,7 +37,7 @@ __all__ = ["plots", "tasks", "vision", "runs", "analysis", "functional", "scheme
 __version__ = "0.2.0"
 
 #: Modules loaded when first used: `plots` (matplotlib) and `interactive` (plotly figures). A training
-#: process (a runner's worker, a GPU job) never draws, and starts a second and a half sooner without them.
+#: process (a runner's worker, a GPU job) never draws, and starts about a second sooner without them.
 _ON_FIRST_USE = ("plots", "interactive")
 
 

@@ -82,3 +82,15 @@ def test_every_scheme_has_one_style_and_other_labels_keep_the_cycle():
     assert len({c for c, _ in SCHEME_STYLE.values()}) == len(SCHEME_STYLE)          # one colour each
     assert style("rope") == {"color": SCHEME_STYLE["rope"][0], "marker": SCHEME_STYLE["rope"][1]}
     assert style("RoPE + PI x4") == {} and style("k=4") == {}
+
+
+def test_import_posenc_leaves_the_drawing_and_ode_libraries_unloaded_until_used():
+    """A training process (a runner's worker) imports posenc and never draws: matplotlib, plotly's helpers and
+    torchdiffeq (with scipy) load on first use, and `posenc.plots` still works once asked for."""
+    import subprocess
+    import sys
+    code = ("import sys, posenc; heavy = ('matplotlib', 'torchdiffeq', 'scipy', 'posenc.plots', 'posenc.interactive'); "
+            "print(sorted(m for m in heavy if m in sys.modules)); posenc.plots.style('rope'); "
+            "print('matplotlib' in sys.modules, 'plots' in dir(posenc))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]" and out[1] == "True True"
