@@ -77,8 +77,17 @@ def test_rel_shift_agrees_with_gather_relative_on_index_form():
 
 
 def test_rel_shift_rejects_bad_k_len():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="k_len"):
         rel_shift(torch.randn(2, 3, 4), k_len=5)
+    with pytest.raises(ValueError, match="k_len.*q_len=3"):       # fewer keys than queries
+        rel_shift(torch.randn(2, 3, 4), k_len=2)
+    with pytest.raises(ValueError, match="k_len.*q_len=5"):       # default k_len = r_len < q_len
+        rel_shift(torch.randn(5, 4))
+
+
+def test_rel_shift_rejects_a_tensor_without_query_and_distance_dims():
+    with pytest.raises(ValueError, match="x must be"):
+        rel_shift(torch.randn(3))
 
 
 # -- Shaw: gather/scatter equal the naive [N, N, d] einsum -------------------------------

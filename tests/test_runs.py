@@ -50,11 +50,19 @@ def test_every_setting_changes_the_key_and_defaults_are_explicit():
     (dict(model={"d_model": 16}), "causal"),
     (dict(task="nosuchtask"), "unknown task"),
     (dict(model={"causal": True, "f": object()}), "JSON"),
+    (dict(scheme="nosuchscheme"), "scheme must be one of"),
+    (dict(recipe="nosuchrecipe"), "recipe must be one of"),
+    (dict(task_kwargs={"name": "copy", "trainlength": 8}), r"task_kwargs has unknown settings \['trainlength'\]"),
 ])
 def test_bad_specs_are_refused_naming_the_field(bad, match):
     kwargs = dict(scheme="nope", task="synthetic", task_kwargs={"name": "copy"}, model={"causal": True})
     with pytest.raises((ValueError, TypeError), match=match):
         RunSpec(**{**kwargs, **bad})
+
+
+def test_ensure_refuses_a_store_that_is_not_a_store(tmp_path):
+    with pytest.raises(TypeError, match="store must be a posenc.runs.Store"):
+        ensure([tiny()], store=str(tmp_path))
 
 
 def test_store_round_trip_is_atomic_and_a_corrupt_record_is_reported_and_rerun(tmp_path):

@@ -34,6 +34,9 @@ def ensure(specs, profile: str = "ci", *, store: Store | None = None, load_only:
     runs go to `workers` processes (default: one per core, or in this process when only
     one run is missing), each stored the moment it ends.
     """
+    if store is not None and not isinstance(store, Store):
+        raise TypeError(f"store must be a posenc.runs.Store, e.g. Store({profile!r}, root=folder); "
+                        f"got {type(store).__name__}")
     store = store or Store(profile)
     specs = list(specs)
     todo = missing(specs, store=store)

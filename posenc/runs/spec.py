@@ -14,7 +14,8 @@ import json
 from dataclasses import dataclass, field, fields
 
 from ..model import build_model
-from ..tasks import task_defaults
+from ..scheme import SCHEMES
+from ..tasks import task_defaults, task_parameters
 from .train import TrainConfig
 
 #: TrainConfig fields that decide a run's numbers (device, progress and checkpoints do not).
@@ -84,6 +85,16 @@ class RunSpec:
         lengths = tuple(self.lengths)
         if not all(isinstance(n, int) and n >= 1 for n in lengths):
             raise ValueError(f"lengths must be positive ints; got {self.lengths!r}")
+        from .recipes import RECIPES  # registered by posenc.runs, which imports this module first
+        if self.recipe not in RECIPES:
+            raise ValueError(f"recipe must be one of {', '.join(sorted(RECIPES))}; got {self.recipe!r}")
+        if self.recipe == "sequence" and self.scheme not in SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(sorted(SCHEMES))}; got {self.scheme!r}")
+        accepted = task_parameters(self.task)
+        unknown = sorted(set(self.task_kwargs) - accepted) if accepted is not None else []
+        if unknown:
+            raise ValueError(f"task_kwargs has unknown settings {unknown} for task {self.task!r}; "
+                             f"allowed: {', '.join(sorted(accepted))}")
         model = dict(self.model)
         if self.recipe == "sequence":
             if "causal" not in model:

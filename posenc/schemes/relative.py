@@ -71,10 +71,13 @@ def rel_shift(x: Tensor, k_len: int | None = None) -> Tensor:
     is exactly the causally masked future; with r_len = k_len + q_len - 1 (distances
     down to -(q_len - 1)) there are none, which serves bidirectional attention.
     """
+    if x.dim() < 2:
+        raise ValueError(f"x must be [..., q_len, r_len] (2 or more dims); got shape {tuple(x.shape)}")
     *lead, q_len, r_len = x.shape
     k_len = r_len if k_len is None else k_len
-    if not 0 < k_len <= r_len:
-        raise ValueError(f"k_len must be in [1, x.shape[-1]={r_len}]; got {k_len}")
+    if not q_len <= k_len <= r_len:
+        raise ValueError(f"k_len must be in [q_len={q_len}, x.shape[-1]={r_len}] (queries are the "
+                         f"last q_len keys); got {k_len}")
     padded = F.pad(x, (1, 0))                                                   # (.., Q, R+1)
     shifted = padded.reshape(*lead, r_len + 1, q_len)[..., 1:, :]               # (.., R, Q)
     return shifted.reshape(*lead, q_len, r_len)[..., :k_len]                    # (.., Q, K)

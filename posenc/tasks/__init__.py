@@ -53,6 +53,17 @@ class Task(Protocol):
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple: ...
 
 
+def task_parameters(task: str) -> set[str] | None:
+    """The keyword names task `task`'s builder accepts (None when it takes any: `**kwargs`)."""
+    import inspect
+    if task not in BUILDERS:
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(BUILDERS))}")
+    params = inspect.signature(BUILDERS[task]).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
 def task_defaults(task: str) -> dict:
     """The keyword defaults of task `task`'s builder (written into every run spec).
 
