@@ -7,6 +7,7 @@ from the store and never re-implements "the mean of a column over filtered rows"
 from __future__ import annotations
 
 import math
+import re
 import random
 from dataclasses import dataclass
 
@@ -296,12 +297,20 @@ def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000
                   "places": list(central(places[s], level=level))} for s in sorted(schemes, key=lambda s: -point[s]))
 
 
+def written(x: float, fmt: str = "{:.3f}") -> str:
+    """`fmt.format(x)`, except that a value that rounds to zero is written as zero: -0.0004 with
+    "{:+.3f}" is "+0.000", not "-0.000" (a sign the printed digits do not carry)."""
+    text = fmt.format(x)
+    digits = re.sub(r"[^0-9]", "", text)
+    return fmt.format(0.0) if text.lstrip().startswith("-") and digits and not digits.strip("0") else text
+
+
 def with_interval(values, fmt: str = "{:.3f}") -> str:
     """'mean [low, high]': the mean of `values` (one per seed) and its 95% bootstrap interval
-    (`bootstrap_ci`), each written with `fmt`. The book's tables write every interval so."""
+    (`bootstrap_ci`), each written with `fmt` (`written`). The book's tables write every interval so."""
     values = list(values)
     lo, hi = bootstrap_ci(values)
-    return f"{fmt.format(mean(values))} [{fmt.format(lo)}, {fmt.format(hi)}]"
+    return f"{written(mean(values), fmt)} [{written(lo, fmt)}, {written(hi, fmt)}]"
 
 
 def length_table(rows: Table, *, metric: str = "bpc", factors=(1, 2, 4, 8), hue: str = "scheme") -> Table:

@@ -176,8 +176,8 @@ def patch_similarity_grid(table: torch.Tensor, grid, *, ax=None, title: str = ""
         for c in range(w):
             mosaic[r * (h + 1):r * (h + 1) + h, c * (w + 1):c * (w + 1) + w] = sim[r, c]
     im = ax.imshow(mosaic.numpy(), cmap="RdBu_r", vmin=-1, vmax=1)
-    ax.set_xticks([c * (w + 1) + (w - 1) / 2 for c in range(w)], range(1, w + 1))
-    ax.set_yticks([r * (h + 1) + (h - 1) / 2 for r in range(h)], range(1, h + 1))
+    ax.set_xticks([c * (w + 1) + (w - 1) / 2 for c in range(w)], range(w))              # counted from 0, as r = n // w
+    ax.set_yticks([r * (h + 1) + (h - 1) / 2 for r in range(h)], range(h))
     ax.set(xlabel="input patch column", ylabel="input patch row", title=title)
     plt.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity")
     return ax

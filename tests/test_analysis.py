@@ -276,3 +276,19 @@ def test_with_three_seeds_the_95_percent_bootstrap_interval_covers_about_three_t
         bootstrap_coverage(1)
     with pytest.raises(ValueError, match="trials must be a positive int"):
         bootstrap_coverage(3, trials=0)
+
+
+@pytest.mark.parametrize("x, fmt, text", [
+    (-0.0004, "{:+.3f}", "+0.000"), (-0.0004, "{:.3f}", "0.000"), (-0.004, "{:+.3f}", "-0.004"),
+    (0.0004, "{:+.3f}", "+0.000"), (-0.001, "{:.0%}", "0%"), (-0.3, "{:.0%}", "-30%"), (-1e-9, "{:.2e}", "-1.00e-09"),
+])
+def test_a_value_that_rounds_to_zero_is_written_without_a_minus_sign(x, fmt, text):
+    from posenc.analysis import written
+    assert written(x, fmt) == text
+
+
+def test_claims_and_intervals_write_no_negative_zero():
+    from posenc.analysis import Band, with_interval
+    from posenc.runs.profiles import claim_verdict
+    values = [-0.0004, 0.0003, -0.0002]
+    assert "-0.000" not in with_interval(values) and "-0.000" not in claim_verdict(values, Band(0.01, None), effect="e")["measured"]

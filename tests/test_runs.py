@@ -271,6 +271,13 @@ def test_a_chapter_states_its_profile_and_what_is_missing_in_its_key_result(tmp_
         runs.key_result()
     with pytest.raises(ValueError, match="sentences"):
         runs.key_result("ok", " ")
+    # sentences that quote paper-tier records say so under the box, next to the chapter's own runs
+    both = runs.key_result("RoPE wins.", paper=("the LM of every scheme (5 runs on CPU, seeds 0, 1)",))
+    assert both.endswith("The sentences on the paper tier read the CPU `paper` profile: "
+                         "the LM of every scheme (5 runs on CPU, seeds 0, 1).*")
+    assert "Numbers from the quick `ci` profile: 2 runs on CPU, seeds 0, 1." in both
+    with pytest.raises(TypeError, match="paper"):
+        runs.key_result("ok", paper="the LM")                              # a bare string, not a tuple of them
 
 
 def test_suite_declares_the_tuned_seeds_at_the_grids_best_rate_once_the_grid_is_stored(tmp_path, monkeypatch):

@@ -62,6 +62,14 @@ def stored(specs, profile: str) -> list[Record] | None:
     return None if any(r is None for r in records) else records
 
 
+def made(records, seeds=()) -> str:
+    """What a set of records is, in words: "173 runs on CPU, seeds 0, 1, 2, 3, 4"."""
+    records, seeds = list(records), sorted(set(seeds))
+    devices = sorted({r.get("machine", "?").split(":")[0].upper() for r in records})
+    return (f"{len(records)} run{'s' if len(records) != 1 else ''} on {'/'.join(devices)}"
+            + (f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else ""))
+
+
 class Runs:
     """The records of one chapter's plan, with the labels the chapter gave each spec.
 
@@ -120,10 +128,6 @@ class Runs:
         `full` (one GPU) are stored by the runner and shown when every run of the chapter is there.
         """
         from .plans import plan
-        seeds = sorted({lab["seed"] for lab in self.labels if "seed" in lab})
-        devices = sorted({r.get("machine", "?").split(":")[0].upper() for r in self.records})
-        made = (f"{len(self)} run{'s' if len(self) != 1 else ''} on {'/'.join(devices)}"
-                + (f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else ""))
         scale = {"ci": "the quick `ci` profile", "paper": "the CPU `paper` profile",
                  "full": "the GPU `full` profile"}[self.profile]
         larger = [p for p in PROFILES[PROFILES.index(self.profile) + 1:] if plan(self.name, p)]
@@ -134,17 +138,28 @@ class Runs:
         older = sorted({f"posenc {v['posenc']}" for r in self.records
                         if (v := r.get("version") or {}).get("posenc") != now})
         stale = f" Made by older code: {', '.join(older)}." if older else ""
-        return f"Numbers from {scale}: {made}.{stale}{more}"
+        return f"Numbers from {scale}: {self.made()}.{stale}{more}"
 
-    def key_result(self, *sentences: str, name: str = "key_result"):
+    def made(self) -> str:
+        """These runs in words: how many, on which device, which seeds (`posenc.runs.ensure.made`)."""
+        return made(self.records, (lab["seed"] for lab in self.labels if "seed" in lab))
+
+    def key_result(self, *sentences: str, name: str = "key_result", paper: tuple = ()):
         """The chapter's key result: its sentences and `status()`, glued as Markdown under `name`.
 
-        A chapter calls it once its verdicts are computed; the box at the top of the page shows
-        the glued text (myst-nb's `glue:md`). Outside a notebook build it just returns the text.
+        `paper` names, in words (e.g. "the LM of every scheme (173 runs on CPU, seeds 0, 1, 2, 3, 4)"),
+        the paper-tier records that sentences of a chapter whose own runs are `ci` also quote, so the
+        note under the box does not give the `ci` runs as the source of every number. A chapter calls
+        it once its verdicts are computed; the box at the top of the page shows the glued text
+        (myst-nb's `glue:md`). Outside a notebook build it just returns the text.
         """
         if not sentences or not all(isinstance(s, str) and s.strip() for s in sentences):
             raise ValueError("sentences must be one or more non-empty strings")
-        text = " ".join(s.strip() for s in sentences) + "\n\n*" + self.status() + "*"
+        if isinstance(paper, str) or not all(isinstance(p, str) and p.strip() for p in paper):
+            raise TypeError("paper must be a tuple of non-empty strings (one per paper-tier source)")
+        note = self.status() + (f" The sentences on the paper tier read the CPU `paper` profile: "
+                                f"{'; '.join(paper)}." if paper else "")
+        text = " ".join(s.strip() for s in sentences) + "\n\n*" + note + "*"
         try:
             from IPython.display import Markdown
             from myst_nb import glue

@@ -90,10 +90,10 @@ def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}") -> dict:
     values: the effect per seed (a dict {seed: effect} or a list), signed so that the paper's direction is
     the band's side of no effect; band: the `posenc.analysis.Band` named before the runs were read.
     """
-    from ..analysis import verdict
+    from ..analysis import verdict, written
     out = verdict(list(values.values()) if isinstance(values, dict) else list(values), band)
     lo, hi = out["interval"]
-    out["measured"] = (f"{effect}: {fmt.format(out['mean'])} [{fmt.format(lo)}, {fmt.format(hi)}] over "
+    out["measured"] = (f"{effect}: {written(out['mean'], fmt)} [{written(lo, fmt)}, {written(hi, fmt)}] over "
                        f"{out['seeds']} seeds; band {out['band']}")
     return out
 

@@ -1,9 +1,9 @@
 """TUPE: Transformer with Untied Positional Encoding (Ke, He, Liu, ICLR 2021).
 
 BERT adds p_i to the word x_i, so the first layer's logit expands into four terms
-(paper Eq. 5): word-word, word-position, position-word and position-position, all
+(paper Eq. 6): word-word, word-position, position-word and position-position, all
 through the same W_Q, W_K. TUPE keeps only the first and the last, each with its own
-projections, and no position at the input (paper Eq. 6, one head, d = head size):
+projections, and no position at the input (paper Eq. 7, one head, d = head size):
 
     a_ij = (x_i W_Q)(x_j W_K)^T / sqrt(2d)  +  (p_i U_Q)(p_j U_K)^T / sqrt(2d)   [+ b_{j-i}]
            \\____ per layer (fused SDPA) ___/    \\_______ positions only _______/   \\ TUPE-R
@@ -13,14 +13,15 @@ forward, [H, N, N], and every layer adds it as its `logit_bias` (p, U_Q, U_K sha
 by all layers, as in the paper). TUPE-R adds T5's bucketed relative bias b_{j-i}
 (`posenc.bias.t5_bucket`, one table shared by all layers).
 
-[CLS] reset (paper Eq. 7): the positional part from [CLS] (row 0, the [CLS]-[CLS]
+[CLS] reset (paper Eq. 9): the positional part from [CLS] (row 0, the [CLS]-[CLS]
 entry included) becomes a learned scalar theta_1, and to [CLS] (column 0, other rows)
-theta_2, so [CLS] is not drawn to its neighbours by positional locality.
+theta_2, so [CLS] is not drawn to its neighbours by positional locality. One pair is
+shared by the heads (the paper learns one per head: a simplification of ours).
 
 Options also give the paper's ablations: `cls_reset=False` (TUPE^tie-cls) and
 `cross_terms=True, cls_reset=False`: BERT with separate projections for words and
 positions (BERT-A^d), q_i = x_i W_Q + p_i U_Q, k_j = x_j W_K + p_j U_K, all four
-terms kept, scale 1/sqrt(d).
+terms kept, scale 1/sqrt(d) (the paper's BERT-A^d divides by sqrt(4d)).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from ..scheme import PositionContext, Scheme
 
 
 def cls_reset(v: Tensor, theta1: Tensor, theta2: Tensor) -> Tensor:
-    """Paper Eq. 7: v[..., 0, :] -> theta1, v[..., 1:, 0] -> theta2; the rest unchanged. v: [..., N, N]."""
+    """Paper Eq. 9: v[..., 0, :] -> theta1, v[..., 1:, 0] -> theta2; the rest unchanged. v: [..., N, N]."""
     n = v.shape[-1]
     row = torch.arange(n, device=v.device)[:, None] == 0                       # (N, 1): from [CLS]
     col = torch.arange(n, device=v.device)[None, :] == 0                       # (1, N): to [CLS]
@@ -43,7 +44,7 @@ def cls_reset(v: Tensor, theta1: Tensor, theta2: Tensor) -> Tensor:
 
 
 def four_terms(x: Tensor, p: Tensor, w_q: Tensor, w_k: Tensor, scale: float) -> dict[str, Tensor]:
-    """The four terms of BERT's first-layer logits (paper Eq. 5, Figure 2), for one head.
+    """The four terms of BERT's first-layer logits (paper Eq. 6, Figure 2), for one head.
 
     x, p: [N, d_model] word and position embeddings; w_q, w_k: [d_model, d_h].
     Returns {"word-word", "word-position", "position-word", "position-position"}: [N, N] each,

@@ -1,7 +1,8 @@
 """xPos (Sun et al., 2023, "A Length-Extrapolatable Transformer"): RoPE with a decaying scale.
 
-On top of RoPE's rotation R_m (`posenc.rotary`), pair i of a query is scaled up and pair i
-of a key scaled down by a per-pair factor zeta_i < 1 (the paper's Eq. for f_q, f_k):
+On top of RoPE's rotation R_m (`posenc.rotary`), pair i of a query at position m is scaled
+by zeta_i^(m/gamma) and pair i of a key at n by zeta_i^(-n/gamma), with a per-pair zeta_i < 1
+(the paper's Eq. for f_q, f_k): queries down, keys up, by more the further from position 0:
 
     q_m -> zeta^(m/gamma) R_m q_m,   k_n -> zeta^(-n/gamma) R_n k_n,
     zeta_i = (i/(d/2) + gamma_hat) / (1 + gamma_hat),   i = 0 .. d/2 - 1,

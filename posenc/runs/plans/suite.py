@@ -231,7 +231,7 @@ def view(store: Store | None = None, lm_only: bool = False) -> dict:
 
     `lm_only=False` (the default) is the suite of `SCHEMES` on every task; `lm_only=True` is the LM of every
     scheme of `lm_schemes()`. `pending` is what a chapter prints until `complete`: how far the tier has got
-    and the command that resumes it ("" once complete)."""
+    and the command that resumes it ("" once complete); `made` says what `rows` come from, in words."""
     store = Store("paper") if store is None else store
     wanted = ({(s, "lm") for s in lm_schemes()} if lm_only else {(s, t) for s in SCHEMES for t in TASKS})
     labelled = [(lab, s) for lab, s in declared(store) if (lab["scheme"], lab["task"]) in wanted]
@@ -247,5 +247,6 @@ def view(store: Store | None = None, lm_only: bool = False) -> dict:
     stored = sum(r is not None for r in records.values())
     pending = "" if complete else (f"paper tier incomplete ({stored} of {len(records)} runs stored so far): "
                                    "python -m posenc.runs --profile paper --chapters 15_length_generalisation")
+    from ..ensure import made
     return {"declared": len(records), "stored": stored, "complete": complete, "lr": lr, "rows": rows,
-            "pending": pending}
+            "pending": pending, "made": made((records[s.key] for _, s in shown), (lab["seed"] for lab, _ in shown))}
