@@ -38,11 +38,30 @@ def style(label) -> dict:
     return {}
 
 
-def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAGE_WIDTH, **subplot_kw):
+def label_panels(axes) -> None:
+    """Letter the panels (a), (b), ... in reading order, so that a caption's "(b)" names a panel the
+    reader can find. The letter heads each panel's title: "(b)" at once, and "(b) kback" once the
+    chapter titles the panel (a title that already starts with its letter is kept as it is), so the
+    letter takes no place of its own that a long title could run into."""
+    for i, ax in enumerate(axes):
+        letter = f"({chr(ord('a') + i)})"
+
+        def lettered(label, fontdict=None, loc=None, pad=None, *, _set=ax.set_title, _letter=letter, **kwargs):
+            if loc in (None, "center") and not str(label).startswith(_letter):
+                label = f"{_letter} {label}".rstrip()
+            return _set(label, fontdict, loc, pad, **kwargs)
+
+        ax.set_title = lettered
+        ax.set_title("")
+
+
+def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAGE_WIDTH, letters: bool = True,
+           **subplot_kw):
     """A figure of `n` panels, at most `cols` to a row and `width` inches wide: (fig, list of n axes).
 
     Rows of panels are stacked rather than squeezed side by side, so a figure never needs
-    more than the page's width; extra cells of the last row are removed.
+    more than the page's width; extra cells of the last row are removed. With more than one
+    panel, each is lettered (a), (b), ... in reading order (`label_panels`; letters=False: none).
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int; got {n!r}")
@@ -55,6 +74,8 @@ def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAG
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.remove()
+    if letters and n > 1:
+        label_panels(flat[:n])
     return fig, flat[:n]
 
 

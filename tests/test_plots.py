@@ -51,12 +51,27 @@ def test_metric_vs_length_by_group_draws_one_panel_per_family_on_a_shared_axis()
                                       ["nope", "rope", "alibi", "kerple", "rope (randomized)", "xpos (scale L/2)"]]
     fig = plots.metric_vs_length_by_group(table, groups, y="bpc", ylabel="bits per character", title=", L = 64")
     axes = fig.get_axes()
-    assert [ax.get_title() for ax in axes] == [f"{name}, L = 64" for name, _ in groups]
+    assert [ax.get_title() for ax in axes] == [f"({letter}) {name}, L = 64" for letter, (name, _) in zip("abc", groups)]
     assert [sorted(l.get_label() for l in ax.get_lines() if l.get_label() != "training length") for ax in axes] \
         == [sorted(g) for _, g in groups]
     assert all(ax.get_xscale() == "log" for ax in axes) and axes[0].get_shared_y_axes().joined(axes[0], axes[2])
     with pytest.raises(ValueError, match="groups: no rows for the schemes of 'x'"):
         plots.metric_vs_length_by_group(table, [("x", ["fire"])], y="bpc", ylabel="bits per character")
+    plt.close("all")
+
+
+def test_panels_are_lettered_in_reading_order_and_the_letter_heads_each_title():
+    fig, axes = plots.panels(5, cols=2)
+    axes[1].set_title("kback")
+    axes[2].set(title="the LM")                       # Axes.set goes through set_title too
+    axes[3].set_title("(d) already lettered")
+    axes[4].set_title("left", loc="left")              # only the centred title carries the letter
+    assert [ax.get_title() for ax in axes] == ["(a)", "(b) kback", "(c) the LM", "(d) already lettered", "(e)"]
+    assert axes[4].get_title(loc="left") == "left" and len(fig.axes) == 5
+    _, (one,) = plots.panels(1)
+    one.set_title("one panel")
+    _, unlettered = plots.panels(3, letters=False)
+    assert one.get_title() == "one panel" and all(ax.get_title() == "" for ax in unlettered)
     plt.close("all")
 
 
