@@ -53,12 +53,17 @@ class Task(Protocol):
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple: ...
 
 
+def builder(task: str):
+    """The builder of task `task` in `BUILDERS`, or a ValueError naming the known tasks."""
+    if task not in BUILDERS:
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(BUILDERS))}")
+    return BUILDERS[task]
+
+
 def task_parameters(task: str) -> set[str] | None:
     """The keyword names task `task`'s builder accepts (None when it takes any: `**kwargs`)."""
     import inspect
-    if task not in BUILDERS:
-        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(BUILDERS))}")
-    params = inspect.signature(BUILDERS[task]).parameters.values()
+    params = inspect.signature(builder(task)).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
     return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
@@ -71,17 +76,13 @@ def task_defaults(task: str) -> dict:
     out, so it enters a spec only when set, and the specs made before it existed keep their keys.
     """
     import inspect
-    if task not in BUILDERS:
-        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(BUILDERS))}")
-    return {name: p.default for name, p in inspect.signature(BUILDERS[task]).parameters.items()
+    return {name: p.default for name, p in inspect.signature(builder(task)).parameters.items()
             if p.default is not p.empty and p.default is not None}
 
 
 def make_task(task: str, /, **kwargs):
     """The task called `task` in `BUILDERS`, built from `kwargs`."""
-    if task not in BUILDERS:
-        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(sorted(BUILDERS))}")
-    return BUILDERS[task](**kwargs)
+    return builder(task)(**kwargs)
 
 
 __all__ += ["Task", "PositionTask", "DigitsTask", "ContrastTask", "MaskedLMWithCLS", "BUILDERS", "make_task", "task_defaults"]
