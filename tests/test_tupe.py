@@ -29,13 +29,15 @@ def _layer0(model, tokens):
 
 def test_tupe_a_logits_are_untied_with_sqrt_2d():
     model = small_model("tupe", causal=False, cls_token=True)
+    theta = torch.randn(2, model.scheme.n_heads)                               # one (theta_1, theta_2) per head
     with torch.no_grad():
-        model.scheme.theta.copy_(torch.tensor([0.7, -1.3]))
+        model.scheme.theta.copy_(theta)
     tokens = torch.randint(0, 23, (2, 9))
     q, k, pq, pk = _layer0(model, tokens)
     d = model.scheme.head_dim
-    pos = pq @ pk.transpose(-2, -1) / math.sqrt(2 * d)
-    pos[:, 0, :], pos[:, 1:, 0] = 0.7, -1.3                                    # paper Eq. 7
+    pos = pq @ pk.transpose(-2, -1) / math.sqrt(2 * d)                          # (H, N, N), paper Eq. 7
+    for h in range(model.scheme.n_heads):                                      # paper Eq. 9, head by head
+        pos[h, 0, :], pos[h, 1:, 0] = theta[0, h], theta[1, h]
     want = (q @ k.transpose(-2, -1) / math.sqrt(2 * d) + pos).softmax(-1)
     torch.testing.assert_close(model.attention_maps(tokens)[0], want)
 
@@ -45,6 +47,14 @@ def test_cls_reset_replaces_exactly_row_and_column_of_cls():
     out = cls_reset(v, torch.tensor(2.0), torch.tensor(-5.0))
     assert torch.all(out[:, 0, :] == 2.0) and torch.all(out[:, 1:, 0] == -5.0)
     assert torch.equal(out[:, 1:, 1:], v[:, 1:, 1:])
+    t1, t2 = torch.randn(3), torch.randn(3)                                    # one pair per head
+    out = cls_reset(torch.randn(2, 3, 7, 7), t1, t2)
+    assert torch.equal(out[:, :, 0, :], t1[:, None].expand(3, 7).expand(2, 3, 7))
+    assert torch.equal(out[:, :, 1:, 0], t2[:, None].expand(3, 6).expand(2, 3, 6))
+    with pytest.raises(ValueError, match="one theta per head"):
+        cls_reset(torch.randn(4, 7, 7), t1, t2)
+    with pytest.raises(ValueError, match="theta1 and theta2"):
+        cls_reset(v, t1, torch.tensor(1.0))
     # and inside the model: with and without reset the tables differ only there
     a = small_model("tupe", causal=False, cls_token=True)
     b = small_model("tupe", causal=False, cls_token=True, cls_reset=False)
@@ -78,8 +88,8 @@ def test_bert_separate_projections_keeps_all_four_terms():
     tokens = torch.randint(0, 23, (2, 7))
     q, k, pq, pk = _layer0(model, tokens)
     d = model.scheme.head_dim
-    assert model.scheme.logit_scale() == pytest.approx(1 / math.sqrt(d))
-    want = ((q + pq) @ (k + pk).transpose(-2, -1) / math.sqrt(d)).softmax(-1)
+    assert model.scheme.logit_scale() == pytest.approx(1 / math.sqrt(4 * d))   # four terms: 1/sqrt(4d)
+    want = ((q + pq) @ (k + pk).transpose(-2, -1) / math.sqrt(4 * d)).softmax(-1)
     torch.testing.assert_close(model.attention_maps(tokens)[0], want)
 
 

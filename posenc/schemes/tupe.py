@@ -15,13 +15,16 @@ by all layers, as in the paper). TUPE-R adds T5's bucketed relative bias b_{j-i}
 
 [CLS] reset (paper Eq. 9): the positional part from [CLS] (row 0, the [CLS]-[CLS]
 entry included) becomes a learned scalar theta_1, and to [CLS] (column 0, other rows)
-theta_2, so [CLS] is not drawn to its neighbours by positional locality. One pair is
-shared by the heads (the paper learns one per head: a simplification of ours).
+theta_2, so [CLS] is not drawn to its neighbours by positional locality. Each head has
+its own pair, as in the paper (the reference code reads them off two extra position
+embeddings, p_0 U_Q (p_0 U_K)^T and p_1 U_Q (p_1 U_K)^T per head; ours are free scalars).
+The reference code also layer-normalises p before U_Q, U_K; the paper's equations, and
+`posenc`, do not.
 
 Options also give the paper's ablations: `cls_reset=False` (TUPE^tie-cls) and
 `cross_terms=True, cls_reset=False`: BERT with separate projections for words and
 positions (BERT-A^d), q_i = x_i W_Q + p_i U_Q, k_j = x_j W_K + p_j U_K, all four
-terms kept, scale 1/sqrt(d) (the paper's BERT-A^d divides by sqrt(4d)).
+terms kept, scaled by 1/sqrt(4d) as in the paper (four terms of variance d each).
 """
 from __future__ import annotations
 
@@ -36,11 +39,21 @@ from ..scheme import PositionContext, Scheme
 
 
 def cls_reset(v: Tensor, theta1: Tensor, theta2: Tensor) -> Tensor:
-    """Paper Eq. 9: v[..., 0, :] -> theta1, v[..., 1:, 0] -> theta2; the rest unchanged. v: [..., N, N]."""
+    """Paper Eq. 9: v[..., h, 0, :] -> theta1[h], v[..., h, 1:, 0] -> theta2[h]; the rest unchanged.
+
+    v: [..., H, N, N]; theta1, theta2: one value per head, [H], or scalars shared by the heads.
+    """
+    if theta1.shape != theta2.shape or theta1.dim() > 1:
+        raise ValueError(f"theta1 and theta2 must be scalars or [H] vectors of one shape; got "
+                         f"{tuple(theta1.shape)} and {tuple(theta2.shape)}")
+    if theta1.dim() == 1 and (v.dim() < 3 or v.shape[-3] != theta1.shape[0]):
+        raise ValueError(f"v must be [..., H, N, N] with H = {theta1.shape[0]} (one theta per head); "
+                         f"got {tuple(v.shape)}")
     n = v.shape[-1]
     row = torch.arange(n, device=v.device)[:, None] == 0                       # (N, 1): from [CLS]
     col = torch.arange(n, device=v.device)[None, :] == 0                       # (1, N): to [CLS]
-    return torch.where(row, theta1.to(v.dtype), torch.where(col, theta2.to(v.dtype), v))
+    t1, t2 = (t.to(v.dtype).reshape(t.shape + (1, 1)) for t in (theta1, theta2))  # (H, 1, 1) or ()
+    return torch.where(row, t1, torch.where(col, t2, v))
 
 
 def four_terms(x: Tensor, p: Tensor, w_q: Tensor, w_k: Tensor, scale: float) -> dict[str, Tensor]:
@@ -82,7 +95,7 @@ class TUPE(Scheme):
         relative: add T5's relative bias b_{j-i} (TUPE-R).
         cls_reset: replace the [CLS] row/column of the positional term by theta_1, theta_2
             (only when the model has a [CLS] token).
-        cross_terms: keep the word-position terms (BERT-A^d ablation; scale 1/sqrt(d)).
+        cross_terms: keep the word-position terms (BERT-A^d ablation; scale 1/sqrt(4d)).
         num_buckets, max_distance: T5 bucketing for TUPE-R.
     """
 
@@ -97,7 +110,7 @@ class TUPE(Scheme):
         self.pos = nn.Embedding(max_len, d_model)                                # p_i, shared by all layers
         self.u_q = nn.Linear(d_model, d_model, bias=False)                       # U_Q (all heads)
         self.u_k = nn.Linear(d_model, d_model, bias=False)                       # U_K
-        self.theta = nn.Parameter(torch.zeros(2))                                # theta_1, theta_2
+        self.theta = nn.Parameter(torch.zeros(2, n_heads))                       # theta_1, theta_2 of each head
         if relative:
             from .bias import t5_bucket  # the relative-encodings chapter's T5 buckets
             self._bucket = lambda rel: t5_bucket(rel, bidirectional=not causal, num_buckets=num_buckets,
@@ -105,8 +118,8 @@ class TUPE(Scheme):
             self.rel_bias = nn.Embedding(num_buckets, n_heads)                   # b: one scalar per bucket and head
 
     def logit_scale(self) -> float:
-        """1/sqrt(2 d_h) for TUPE's two terms; 1/sqrt(d_h) for BERT-A^d."""
-        return 1.0 / math.sqrt(self.head_dim if self.cross_terms else 2 * self.head_dim)
+        """1/sqrt(2 d_h) for TUPE's two terms; 1/sqrt(4 d_h) for BERT-A^d's four, as in the paper."""
+        return 1.0 / math.sqrt((4 if self.cross_terms else 2) * self.head_dim)
 
     def heads(self, t: Tensor) -> Tensor:
         return t.view(t.shape[0], self.n_heads, self.head_dim).transpose(0, 1)   # (N, D) -> (H, N, d_h)
