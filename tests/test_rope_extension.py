@@ -36,14 +36,14 @@ def _set(s, scaling, factor, **params):
     return s
 
 
-def reference_inv_freq(scaling, factor, params, seq_len, dim=HEAD):
+def reference_inv_freq(scaling, factor, params, seq_len, dim=HEAD, dtype=torch.float32, base=10000.0):
     """rope_inv_freq called as transformers names things (dynamic: max_position_embeddings = L)."""
-    kw = dict(params)
+    kw = dict(params, dtype=dtype)
     if scaling != "default":
         kw["factor"] = factor
     if scaling == "dynamic":
         kw["max_position_embeddings"] = kw.pop("original_max_position_embeddings")
-    return rope_inv_freq(dim, 10000.0, rope_type=scaling, seq_len=seq_len, **kw)
+    return rope_inv_freq(dim, base, rope_type=scaling, seq_len=seq_len, **kw)
 
 
 @pytest.mark.parametrize("scaling, factor, params", CASES)
@@ -51,9 +51,33 @@ def reference_inv_freq(scaling, factor, params, seq_len, dim=HEAD):
 def test_frequencies_and_attention_factor_are_rope_inv_freqs(scaling, factor, params, seq_len):
     s = _set(scheme(), scaling, factor, **params)
     theta, a = s.frequencies(seq_len)
-    inv, att = reference_inv_freq(scaling, factor, params, seq_len)
+    inv, att = reference_inv_freq(scaling, factor, params, seq_len, dtype=torch.float64)
     assert theta.dtype == torch.float64 and theta.shape == (HEAD // 2,)
-    assert torch.equal(theta, inv.double()) and a == att
+    assert torch.equal(theta, inv) and a == att
+    inv32, att32 = reference_inv_freq(scaling, factor, params, seq_len)               # transformers' rounding
+    torch.testing.assert_close(theta.float(), inv32, rtol=1e-6, atol=0)
+    assert att32 == att
+
+
+@pytest.mark.parametrize("scaling, factor", [("linear", 8.0), ("dynamic", 8.0), ("llama3", 8.0)])
+def test_angles_of_a_long_context_are_exact_on_every_rope_type(scaling, factor):
+    """At Llama's size (head 128, base 5e5) and positions up to 32767, the tables' angles are m * omega_i with
+    omega_i in float64: the float32 table is the exact cos rounded once (within 1e-7). Frequencies rounded to
+    float32 first (as transformers does) put cos off by about 1e-4 there."""
+    params = {} if scaling == "linear" else {"original_max_position_embeddings": 4096}
+    if scaling == "llama3":
+        params |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    s = _set(small_model("rope", d_model=256, n_heads=2, n_layers=1, base=500000.0).scheme, scaling, factor,
+             **params)
+    m = torch.arange(32767, -1, -97).flip(0)                          # up to 32767: dynamic reads n = 32768
+    theta, _ = s.frequencies(32768)
+    exact, _ = reference_inv_freq(scaling, factor, params, 32768, dim=128, dtype=torch.float64, base=500000.0)
+    assert torch.equal(theta, exact)
+    cos, _ = s.table(m)
+    exact_cos = (m.double()[:, None] * exact[None]).cos()
+    assert (cos.double() - exact_cos).abs().max() < 1e-7
+    rounded = (m.double()[:, None] * exact.float().double()[None]).cos()
+    assert (rounded - exact_cos).abs().max() > 1e-5                   # what float32 frequencies would cost
 
 
 @pytest.mark.parametrize("scaling, factor, params", CASES)
@@ -142,8 +166,8 @@ def test_dynamic_reads_the_current_length():
 def test_p_rope_zeros_apply_after_the_scaling():
     s = _set(scheme(p=0.75), "yarn", 4.0, original_max_position_embeddings=L)
     theta, a = s.frequencies()
-    inv, _ = reference_inv_freq("yarn", 4.0, {"original_max_position_embeddings": L}, None)
-    assert torch.equal(theta[:6], inv[:6].double()) and torch.all(theta[6:] == 0)
+    inv, _ = reference_inv_freq("yarn", 4.0, {"original_max_position_embeddings": L}, None, dtype=torch.float64)
+    assert torch.equal(theta[:6], inv[:6]) and torch.all(theta[6:] == 0)
     cos, sin = s.table(torch.arange(40))
     torch.testing.assert_close(cos[:, 6:], torch.full((40, 2), a))     # unrotated pairs: cos = a, sin = 0
     assert torch.all(sin[:, 6:] == 0)

@@ -104,3 +104,15 @@ def test_a_bf16_cache_is_badly_wrong_and_posenc_keeps_angles_in_float32():
     ref = apply_rope(x.double(), positions)
     ours = apply_rope(x.to(torch.bfloat16), positions).double()
     assert (ours - ref).abs().max() < 0.05                                        # bf16 rounding of x only
+
+
+@pytest.mark.parametrize("rope_type, params, call", CASES)
+def test_float64_frequencies_round_to_the_float32_ones(rope_type, params, call):
+    """dtype=float64 computes the same frequencies without float32's rounding, and the same attention factor."""
+    kw = dict(rope_type=rope_type, max_position_embeddings=4096, **call, **params)
+    f32, a32 = rope_inv_freq(HEAD, 500000.0, **kw)
+    f64, a64 = rope_inv_freq(HEAD, 500000.0, dtype=torch.float64, **kw)
+    assert f64.dtype == torch.float64 and a64 == a32
+    torch.testing.assert_close(f64.float(), f32, rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="dtype"):
+        rope_inv_freq(HEAD, 500000.0, dtype=torch.float16, **kw)

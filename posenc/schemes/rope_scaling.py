@@ -44,20 +44,23 @@ REQUIRED = {"linear": {"factor"}, "dynamic": {"factor"}, "yarn": {"original_max_
             "longrope": {"short_factor", "long_factor", "original_max_position_embeddings"}}
 
 
-def default_inv_freq(dim: int, base: float) -> Tensor:
-    """omega_i = base^(-2i/dim), float32 [dim/2]."""
-    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+def default_inv_freq(dim: int, base: float, dtype: torch.dtype = torch.float32) -> Tensor:
+    """omega_i = base^(-2i/dim), [dim/2] in `dtype` (float32 is transformers' rounding)."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype) / dim))
 
 
 def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default",
                   max_position_embeddings: int | None = None, seq_len: int | None = None,
-                  partial_rotary_factor: float = 1.0, **params) -> tuple[Tensor, float]:
+                  partial_rotary_factor: float = 1.0, dtype: torch.dtype = torch.float32,
+                  **params) -> tuple[Tensor, float]:
     """(inv_freq [rotated dim / 2], attention_factor) of RoPE under the scaling `rope_type`.
 
     dim: the head dimension; with partial_rotary_factor < 1 only int(dim * factor) dimensions
     rotate (GPT-NeoX, Phi). max_position_embeddings: the context the model serves (dynamic:
     the training context L; yarn/longrope: used for a missing `factor`). seq_len: the current
-    length (dynamic, longrope). params: as in transformers' `rope_parameters`.
+    length (dynamic, longrope). params: as in transformers' `rope_parameters`. dtype: float32
+    rounds as transformers does (equal to it); float64 gives the angles of long contexts exactly
+    (at 32k positions float32 frequencies put cos off by about 1e-4).
     """
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"rope_type must be one of {ROPE_TYPES}; got {rope_type!r}")
@@ -77,17 +80,19 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
     rot = int(dim * partial_rotary_factor)
     if rot < 2 or rot % 2:
         raise ValueError(f"dim * partial_rotary_factor must be an even int >= 2; got {dim} * {partial_rotary_factor}")
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}")
     if rope_type == "default":
-        return default_inv_freq(rot, base), 1.0
+        return default_inv_freq(rot, base, dtype), 1.0
     if rope_type == "linear":
-        return default_inv_freq(rot, base) / params["factor"], 1.0
+        return default_inv_freq(rot, base, dtype) / params["factor"], 1.0
     if rope_type == "dynamic":
-        return _dynamic(rot, base, params["factor"], _need(max_position_embeddings, rope_type), seq_len), 1.0
+        return _dynamic(rot, base, params["factor"], _need(max_position_embeddings, rope_type), seq_len, dtype), 1.0
     if rope_type == "llama3":
-        return _llama3(rot, base, **params), 1.0
+        return _llama3(rot, base, dtype, **params), 1.0
     if rope_type == "yarn":
-        return _yarn(rot, base, max_position_embeddings, **params)
-    return _longrope(rot, base, max_position_embeddings, seq_len, **params)
+        return _yarn(rot, base, max_position_embeddings, dtype, **params)
+    return _longrope(rot, base, max_position_embeddings, seq_len, dtype, **params)
 
 
 def _need(max_position_embeddings, rope_type):
@@ -97,16 +102,16 @@ def _need(max_position_embeddings, rope_type):
     return max_position_embeddings
 
 
-def _dynamic(dim, base, factor, L, seq_len):
+def _dynamic(dim, base, factor, L, seq_len, dtype):
     """Dynamic NTK: base' = base (s n / L - (s - 1))^(d/(d-2)), n = max(seq_len, L); equal to base at n = L."""
     n = L if seq_len is None else max(int(seq_len), L)
-    return default_inv_freq(dim, base * ((factor * n / L) - (factor - 1)) ** (dim / (dim - 2)))
+    return default_inv_freq(dim, base * ((factor * n / L) - (factor - 1)) ** (dim / (dim - 2)), dtype)
 
 
-def _llama3(dim, base, *, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings):
+def _llama3(dim, base, dtype, *, factor, low_freq_factor, high_freq_factor, original_max_position_embeddings):
     """Llama 3.1: keep pairs with wavelength < L/high, divide by s those > L/low, and between them
     mix omega/s and omega with weight (L/lambda - low) / (high - low)."""
-    inv = default_inv_freq(dim, base)
+    inv = default_inv_freq(dim, base, dtype)
     L = original_max_position_embeddings
     wavelength = 2 * math.pi / inv
     scaled = torch.where(wavelength > L / low_freq_factor, inv / factor, inv)
@@ -116,7 +121,7 @@ def _llama3(dim, base, *, factor, low_freq_factor, high_freq_factor, original_ma
     return torch.where(medium, mixed, scaled)
 
 
-def _yarn(dim, base, max_position_embeddings, *, original_max_position_embeddings, factor=None,
+def _yarn(dim, base, max_position_embeddings, dtype, *, original_max_position_embeddings, factor=None,
           attention_factor=None, beta_fast=None, beta_slow=None, mscale=None, mscale_all_dim=None, truncate=True):
     """YaRN (Peng et al. 2023). Pair i turns L omega_i / (2 pi) times in the original context L;
     pairs turning more than beta_fast times keep omega_i, fewer than beta_slow are interpolated
@@ -143,13 +148,13 @@ def _yarn(dim, base, max_position_embeddings, *, original_max_position_embedding
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    ramp = ((torch.arange(dim // 2, dtype=dtype) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp                                          # 1: extrapolate (keep omega_i), 0: interpolate
-    inv = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+    inv = default_inv_freq(dim, base, dtype)
     return inv / factor * (1 - keep) + inv * keep, float(attention_factor)
 
 
-def _longrope(dim, base, max_position_embeddings, seq_len, *, short_factor, long_factor,
+def _longrope(dim, base, max_position_embeddings, seq_len, dtype, *, short_factor, long_factor,
               original_max_position_embeddings, factor=None, attention_factor=None):
     """LongRoPE (Ding et al. 2024): omega_i / r_i with searched r (short up to L, long beyond);
     temperature sqrt(1 + ln s / ln L)."""
@@ -158,8 +163,8 @@ def _longrope(dim, base, max_position_embeddings, seq_len, *, short_factor, long
         factor = _need(max_position_embeddings, "longrope") / L
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(L))
-    r = torch.tensor(long_factor if seq_len and seq_len > L else short_factor, dtype=torch.float32)
+    r = torch.tensor(long_factor if seq_len and seq_len > L else short_factor, dtype=dtype)
     if r.shape != (dim // 2,):
         raise ValueError(f"short_factor and long_factor must have dim/2 = {dim // 2} entries; got {tuple(r.shape)}")
-    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    shape = torch.arange(0, dim, 2, dtype=torch.int64).to(dtype) / dim
     return 1.0 / (r * base ** shape), float(attention_factor)

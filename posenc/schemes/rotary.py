@@ -438,8 +438,8 @@ class RoPE(Scheme):
                 kwargs["factor"] = self.factor
             if self.scaling == "dynamic":       # transformers' max_position_embeddings: the training context
                 kwargs["max_position_embeddings"] = kwargs.pop("original_max_position_embeddings", None)
-            inv, a = rope_inv_freq(self.rot_dim, self.base, rope_type=self.scaling, seq_len=seq_len, **kwargs)
-            theta = inv.double()
+            theta, a = rope_inv_freq(self.rot_dim, self.base, rope_type=self.scaling, seq_len=seq_len,
+                                     dtype=torch.float64, **kwargs)
         theta[rotated_pairs(self.rot_dim // 2, self.p):] = 0                       # p-RoPE: no rotation
         return theta, float(a)
 
