@@ -63,8 +63,12 @@ class Attention(nn.Module):
         if ctx.score_mod is not None and mask is None and not (need_weights or scheme.uses_extra_values):
             y, probs = flex_attention(q, k, v, score_mod=ctx.score_mod, block_mask=ctx.block_mask, scale=scale), None
         elif need_weights or scheme.uses_extra_values:
-            y, probs = explicit_attention(q, k, v, mask, scale, causal_only, p)
-            u = scheme.extra_values(probs, ctx, self.layer)        # hook 4: (B, H, T, Dh) or None
+            y, probs = explicit_attention(q, k, v, mask, scale, causal_only, 0.0 if scheme.uses_extra_values else p)
+            weights = probs
+            if scheme.uses_extra_values and p:                     # one dropped set of weights for both terms
+                weights = F.dropout(probs, p)
+                y = weights @ v
+            u = scheme.extra_values(weights, ctx, self.layer)      # hook 4: (B, H, T, Dh) or None
             y = y if u is None else y + u
         elif q.device.type == "cpu" and _learns(mask) and torch.is_grad_enabled() and not p:
             y, probs = learned_bias_attention(q, k, v, _cast(mask, q), scale), None   # SDPA's math path, leaner

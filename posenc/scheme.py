@@ -58,6 +58,18 @@ def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:
     return (low if consecutive else None), (low, high)
 
 
+def whole_distances(rel: Tensor, scheme: str) -> Tensor:
+    """Distances j - i as long, for a scheme that looks them up in a table or a bucket; a ValueError naming
+    the positions if any is fractional (rounding them would silently move keys to other buckets)."""
+    if not rel.is_floating_point():
+        return rel.long()
+    whole = rel.round()
+    if not torch.equal(rel, whole):
+        raise ValueError(f"positions must be whole numbers for {scheme}, which looks distances up by index; "
+                         f"got fractional positions")
+    return whole.long()
+
+
 def cacheable(t: Tensor) -> bool:
     """Whether a scheme may keep `t` for later forwards: not made in inference mode (it could not be used
     with autograd) and not a `torch.func` wrapper (vmap, grad), which must not escape its transform."""

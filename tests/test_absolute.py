@@ -149,6 +149,15 @@ def test_extend_learned_table(init):
         torch.testing.assert_close(new[:8], old)
 
 
+@pytest.mark.parametrize("scheme, mean, std", [("learned", 0.0, 0.02), ("multiplicative", 1.0, 0.5)])
+def test_extend_random_draws_new_rows_as_the_table_was_drawn(scheme, mean, std):
+    torch.manual_seed(0)
+    model = small_model(scheme, max_len=8, d_model=64)
+    extend_learned_table(model, 264, "random")
+    new = model.scheme.table.detach()[8:]                                   # 256 x 64 fresh values
+    assert abs(new.mean().item() - mean) < 0.1 * std and abs(new.std().item() / std - 1) < 0.05
+
+
 def test_extend_rejects_bad_arguments():
     model = small_model("learned", max_len=8)
     with pytest.raises(ValueError, match="init"):

@@ -352,3 +352,34 @@ def test_causal_transformer_xl_with_memory_equals_transformers_xlnet(seq, mem):
         vec = ref.rel_attn_core(heads(h, ref.q), heads(keys, ref.k), heads(keys, ref.v), heads(r, ref.r),
                                 attn_mask=future)                                 # (T, B, H, Dh)
     torch.testing.assert_close(ours, vec.transpose(0, 1).reshape(2, seq, D), rtol=1e-5, atol=1e-5)
+
+
+def test_shaw_values_see_the_same_dropped_weights_as_the_content():
+    """Shaw et al. Eq. 3, z_i = sum_j alpha_ij (x_j W^V + a^V_ij): one set of weights for both terms, so under
+    attention dropout both read the dropped alpha (as tensor2tensor does)."""
+    torch.manual_seed(0)
+    model = posenc.build_model("shaw", 23, causal=False, d_model=D, n_heads=4, n_layers=1, dropout=0.5).train()
+    attn, x = model.blocks[0].attn, torch.randn(2, 9, D)
+    ctx = model.context(x.shape[1], None, x.device)
+    torch.manual_seed(1)
+    got, _ = attn(x, model.scheme, ctx)
+    B, T, H = 2, 9, 4
+    q, k, v = attn.qkv(x).view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)
+    q, k = model.scheme.layer_transform_qk(q, k, ctx, 0)
+    logits = (q @ k.transpose(-2, -1)) * model.scheme.logit_scale() + model.scheme.extra_logits(q, k, ctx, 0)
+    torch.manual_seed(1)
+    alpha = torch.nn.functional.dropout(logits.softmax(-1), 0.5)
+    want = alpha @ v + model.scheme.extra_values(alpha, ctx, 0)
+    torch.testing.assert_close(got, attn.out(want.transpose(1, 2).reshape(B, T, D)))
+
+
+@pytest.mark.parametrize("scheme, kw", [("t5", {}), ("shaw", {}), ("deberta", {"absolute": "none"}),
+                                        ("tupe", {"relative": True})])
+def test_table_and_bucket_schemes_reject_fractional_positions(scheme, kw):
+    """A distance looked up by index must be whole: fractional positions are an error naming them, never rounded
+    into another bucket; whole numbers given as floats are the integers."""
+    model = posenc.build_model(scheme, 11, causal=False, d_model=32, n_heads=4, n_layers=1, **kw).eval()
+    x = torch.randint(0, 11, (2, 8))
+    with pytest.raises(ValueError, match="positions"):
+        model(x, positions=torch.arange(8) * 0.5)
+    torch.testing.assert_close(model(x, positions=torch.arange(8).double() + 3), model(x, positions=torch.arange(8) + 3))

@@ -98,7 +98,7 @@ class _TableScheme(Scheme):
         super().__init__(**kw)
         if overflow not in OVERFLOW:
             raise ValueError(f"overflow must be one of {OVERFLOW}; got {overflow!r}")
-        self.overflow = overflow
+        self.overflow, self.init_std = overflow, init_std
         self.table = nn.Parameter(torch.randn(self.max_len, self.d_model) * init_std + self.init_mean)
 
     def rows(self, ctx: PositionContext) -> Tensor:
@@ -193,7 +193,8 @@ def extend_learned_table(model, new_len: int, init: str = "random") -> None:
     """Grow a trained model's learned table from max_len to `new_len` rows, in place.
 
     init:
-        "random":      new rows ~ N(0, 0.02), the table's own initialisation;
+        "random":      new rows drawn as the table was (N(init_mean, init_std^2): N(0, 0.02^2) for the
+                       learned table, N(1, 0.5^2) for the multiplicative one);
         "copy":        row p = old row (p mod max_len), the old table tiled (Longformer's trick);
         "interpolate": the whole old table resampled linearly onto new_len rows, so row
                        p of the new table sits at old position p * (max_len-1)/(new_len-1).
@@ -207,7 +208,7 @@ def extend_learned_table(model, new_len: int, init: str = "random") -> None:
     if not isinstance(new_len, int) or new_len <= old.shape[0]:
         raise ValueError(f"new_len must be an int > max_len={old.shape[0]}; got {new_len!r}")
     if init == "random":
-        extra = torch.randn(new_len - old.shape[0], old.shape[1], device=old.device) * TOKEN_INIT_STD
+        extra = torch.randn(new_len - old.shape[0], old.shape[1], device=old.device) * scheme.init_std
         new = torch.cat([old, extra.to(old.dtype) + type(scheme).init_mean])
     elif init == "copy":
         new = old[torch.arange(new_len, device=old.device) % old.shape[0]]

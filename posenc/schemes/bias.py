@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ..scheme import register
 from .relative import key_positions
-from ..scheme import PositionContext, Scheme
+from ..scheme import PositionContext, Scheme, whole_distances
 
 from .alibi import alibi_slopes  # noqa: F401  (contract: `posenc.bias.alibi_slopes`; ALiBi lives in posenc.alibi)
 
@@ -79,7 +79,7 @@ class T5Bias(Scheme):
             rel = torch.arange(1 - n, n, device=q_pos.device)                  # (2n - 1,)
             return {"t5_distance_buckets": t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)}
         rel = k_pos[None, :] - q_pos[:, None]                                  # (Q, K) j - i
-        rel = rel.round().long() if rel.is_floating_point() else rel
+        rel = whole_distances(rel, "T5's buckets")
         return {"t5_buckets": t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)}
 
     def score_mod(self, ctx: PositionContext):

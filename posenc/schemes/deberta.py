@@ -10,7 +10,7 @@ K_r = P W_{k,r} (per-layer projections of the shared table), the logits are
            + Q_c_i . K_r_{delta(i,j)}           content-to-position (c2p)
            + K_c_j . Q_r_{delta(j,i)} ] / sqrt(3d)   position-to-content (p2c)
 
-the position-to-position term dropped. The relative distance (paper Eq. 2) is
+the position-to-position term dropped. The relative distance (paper Eq. 3) is
 
     delta(i, j) = 0           if i - j <= -k
                 = 2k - 1      if i - j >= k
@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from ..scheme import register
-from ..scheme import PositionContext, Scheme
+from ..scheme import PositionContext, Scheme, whole_distances
 
 TERMS = ("c2p", "p2c")
 ABSOLUTE = ("emd", "input", "none")
@@ -75,13 +75,13 @@ def log_bucket_position(relative_pos: Tensor, bucket_size: int, max_position: in
 
 def relative_index(query_pos: Tensor, key_pos: Tensor, k: int, bucket_size: int | None = None,
                    max_position: int | None = None) -> Tensor:
-    """delta(i, j) of paper Eq. 2 for arbitrary positions: long [len(query_pos), len(key_pos)] in [0, 2k).
+    """delta(i, j) of paper Eq. 3 for arbitrary positions: long [len(query_pos), len(key_pos)] in [0, 2k).
 
     With `bucket_size` (v2), the distance is log-bucketed first and k = bucket_size.
     """
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive int; got {k!r}")
-    rel = query_pos.round().long()[:, None] - key_pos.round().long()[None, :]      # (Nq, Nk): i - j
+    rel = whole_distances(query_pos[:, None] - key_pos[None, :], "DeBERTa's table")   # (Nq, Nk): i - j
     if bucket_size is not None:
         rel = log_bucket_position(rel, bucket_size, max_position)
         k = bucket_size

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from .absolute import sinusoidal_at
 from ..host import to_device
 from ..scheme import register
-from ..scheme import PositionContext, Scheme
+from ..scheme import PositionContext, Scheme, whole_distances
 
 
 # -- functional core ------------------------------------------------------------------
@@ -46,9 +46,7 @@ def relative_ids(q_pos: Tensor, k_pos: Tensor, max_distance: int) -> Tensor:
     if not isinstance(max_distance, int) or max_distance < 0:
         raise ValueError(f"max_distance must be a non-negative int; got {max_distance!r}")
     rel = k_pos[None, :] - q_pos[:, None]                                       # (Q, K) j - i
-    if rel.is_floating_point():
-        rel = rel.round()
-    return rel.long().clamp(-max_distance, max_distance) + max_distance          # (Q, K) in [0, 2k]
+    return whole_distances(rel, "Shaw's table").clamp(-max_distance, max_distance) + max_distance          # (Q, K) in [0, 2k]
 
 
 def clipped_relative_positions(q_len: int, k_len: int, max_distance: int) -> Tensor:

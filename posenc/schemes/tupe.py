@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from .absolute import integer_positions
 from ..scheme import register
-from ..scheme import PositionContext, Scheme
+from ..scheme import PositionContext, Scheme, whole_distances
 
 
 def cls_reset(v: Tensor, theta1: Tensor, theta2: Tensor) -> Tensor:
@@ -139,7 +139,7 @@ class TUPE(Scheme):
         term, pq, pk = self.position_term(ctx)                                   # (H, N, N)
         if self.relative:
             rel = ctx.positions[None, :] - ctx.positions[:, None]                # (N, N): j - i
-            term = term + self.rel_bias(self._bucket(rel.round().long())).permute(2, 0, 1)
+            term = term + self.rel_bias(self._bucket(whole_distances(rel, "TUPE-R's buckets"))).permute(2, 0, 1)
         if self.reset and ctx.has_cls:
             term = cls_reset(term, self.theta[0], self.theta[1])
         else:  # no reset: theta stays in the graph with a zero gradient (no unused parameters)
