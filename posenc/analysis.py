@@ -158,7 +158,9 @@ class Band:
     """The interval of an effect that counts as reproducing a claim, named before it is measured.
 
     `low`/`high` bound the effect (either may be None for one-sided bands); `null` is the
-    value of no effect (0 for a difference, 1 for a ratio).
+    value of no effect (0 for a difference, 1 for a ratio). A band that holds no effect strictly
+    inside it, e.g. Band(-0.02, 0.02) on a signed difference, is an equivalence claim ("A works as
+    well as B"): its far side is everything outside the band, on either side.
     """
 
     low: float | None
@@ -174,8 +176,15 @@ class Band:
     def contains(self, lo: float, hi: float) -> bool:
         return (self.low is None or lo >= self.low) and (self.high is None or hi <= self.high)
 
+    @property
+    def equivalence(self) -> bool:
+        return self.low is not None and self.high is not None and self.low < self.null < self.high
+
     def opposite(self, lo: float, hi: float) -> bool:
-        """The interval lies on the far side of no effect from the band."""
+        """The interval lies on the far side of no effect from the band (for an equivalence band:
+        wholly outside it, the two surely differ by more than the band allows)."""
+        if self.equivalence:
+            return hi < self.low or lo > self.high
         band_above = self.low is not None and self.low >= self.null
         return hi < self.null if band_above else lo > self.null
 

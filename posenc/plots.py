@@ -16,9 +16,12 @@ PAGE_WIDTH, DPI = 7.0, 150
 #: One colour and one marker per scheme across the whole book. The colours are Paul Tol's
 #: colour-blind-safe "muted" and "bright" sets; the markers tell apart the pairs that share a hue.
 _TOL = ["#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499",
-        "#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#AA3377", "#BBBBBB", "#225555", "#663333",
+        "#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#EE7733", "#BBBBBB", "#225555", "#663333",
         "#222255", "#99DDFF", "#EE8866", "#FFAABB", "#AAAA00", "#DDAA33", "#BB5566"]
-SCHEME_STYLE = {name: (_TOL[i], "osD^v<>ph*Xd8P"[i % 14]) for i, name in enumerate(
+#: Markers: every scheme its own (FIRE, KERPLE, CoPE and the GRU take the four after the first fourteen); the
+#: option rows after them repeat the first ones, with colours of their own.
+_MARKERS = "osD^v<>ph*Xd8P" + "x+H1"
+SCHEME_STYLE = {name: (_TOL[i], _MARKERS[i % len(_MARKERS)]) for i, name in enumerate(
     ["nope", "learned", "sinusoidal", "floater", "multiplicative", "complex", "shaw", "xl", "t5", "tupe", "deberta",
      "rope", "alibi", "xpos", "fire", "kerple", "cope", "rnn",
      # options compared as rows of their own (posenc.runs.plans.comparison.VARIANTS)
@@ -26,6 +29,11 @@ SCHEME_STYLE = {name: (_TOL[i], "osD^v<>ph*Xd8P"[i % 14]) for i, name in enumera
      # the paper tier's own option rows (posenc.runs.plans.suite.LM_VARIANTS)
      "fire (threshold L/4)", "t5 (max_distance L/2)", "xpos (scale L/2)",
      "shaw (k = 2)", "xl (per-layer u, v)"])}
+
+
+#: The four hooks' colours (a scheme's `kind` in the cost tables), those of the "where position enters"
+#: diagrams drawn by scripts/make_diagram.py (a test keeps the two equal).
+HOOK_COLOR = {"input": "#4477AA", "q/k": "#228833", "bias": "#EE6677", "custom": "#AA3377"}
 
 
 def style(label) -> dict:
@@ -86,11 +94,12 @@ def _axes(ax, figsize=(6, 3.5)):
 
 
 def training_curves(histories: dict, *, metric: str = "loss", ylabel: str = "training loss (nats/token)",
-                    ax=None, logy: bool = False):
-    """One line per run: {label: history list of {"step", metric}}."""
+                    ax=None, logy: bool = False, styles: dict | None = None):
+    """One line per run: {label: history list of {"step", metric}}; `styles` as in `metric_vs_length`
+    (a label's own line keywords; a scheme's name keeps its colour), without markers."""
     ax = _axes(ax)
     for label, history in histories.items():
-        kw = style(label)
+        kw = {**style(label), **(styles or {}).get(label, {})}
         kw.pop("marker", None)
         ax.plot([h["step"] for h in history], [h[metric] for h in history], label=label, **kw)
     ax.set(xlabel="training step", ylabel=ylabel)

@@ -51,6 +51,12 @@ def test_verdict_follows_one_rule():
     assert out["band"] == "[0.6, 0.85]" and out["seeds"] == 3 and out["interval"][0] <= out["mean"] <= out["interval"][1]
     up = Band(0.03, 0.08)                                          # an increase of 3% to 8%
     assert verdict([-0.05, -0.04, -0.06], up)["verdict"] == "contradicted"
+    same = Band(-0.02, 0.02)                                       # "as well as": a signed gap near 0
+    assert same.equivalence and not band.equivalence and not up.equivalence
+    assert verdict([0.005, -0.004, 0.001, 0.0], same)["verdict"] == "reproduced"
+    assert verdict([0.10, 0.12, 0.11], same)["verdict"] == "contradicted"      # surely apart, either side
+    assert verdict([-0.10, -0.12, -0.11], same)["verdict"] == "contradicted"
+    assert verdict([-0.03, 0.0, 0.03], same)["verdict"] == "not resolved"      # reaches past an edge
     with pytest.raises(ValueError):
         Band(None, None)
     with pytest.raises(ValueError):

@@ -182,3 +182,15 @@ def test_cuda_summary_widens_the_scheme_table_and_judges_each_goal():
         {"scheme": "t5", "step/nope @1024": 1.3, "peak/nope @1024": 2.0, "step/nope @4096": 1.6, "peak/nope @4096": 2.0}]
     assert out["rope"].column("goal") == [True, False, None, None]       # 1.5x the floor, our rows only
     assert out["bias"].column("goal") == [None, True, False, None, None]  # 1.1x NoPE's peak, flex rows with a peak
+
+
+def test_floater_cost_rows_hold_every_timing_and_its_ratio():
+    from posenc.bench.floater import floater_cost
+    rows = floater_cost(lengths=(16, 32), dim=16, layers=1, repeats=1)
+    assert rows.column("positions") == [16, 32]
+    for r in rows:
+        assert all(r[k] > 0 for k in ("sinusoidal_ms", "floater_ms", "cached_ms", "floater_fwd_bwd_ms"))
+        assert r["floater/sin"] == pytest.approx(r["floater_ms"] / r["sinusoidal_ms"])
+    assert "floater_fwd_bwd_ms" not in floater_cost(lengths=(8,), dim=8, layers=1, repeats=1, backward=False)[0]
+    with pytest.raises(ValueError, match="clock"):
+        floater_cost(clock="sundial")

@@ -29,3 +29,10 @@ def test_diagrams_are_scalable_accessible_svg():
         assert (root.findtext(SVG + "desc") or "").strip(), f"{path} has no <desc>"
         assert not list(root.iter(SVG + "script")), f"{path} has a script"
 
+
+
+def test_the_cost_figures_colour_each_hook_as_the_diagrams_do():
+    from posenc.plots import HOOK_COLOR
+    hooks = load_script().HOOKS
+    assert HOOK_COLOR == {"input": hooks["input"][0], "q/k": hooks["qk"][0], "bias": hooks["bias"][0],
+                          "custom": hooks["extra"][0]}

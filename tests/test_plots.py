@@ -95,6 +95,7 @@ def test_every_scheme_has_one_style_and_other_labels_keep_the_cycle():
     from posenc.plots import SCHEME_STYLE, style
     assert set(posenc.SCHEMES) <= set(SCHEME_STYLE)
     assert len({c for c, _ in SCHEME_STYLE.values()}) == len(SCHEME_STYLE)          # one colour each
+    assert len({SCHEME_STYLE[s][1] for s in posenc.SCHEMES}) == len(posenc.SCHEMES)  # and each scheme a marker
     assert style("rope") == {"color": SCHEME_STYLE["rope"][0], "marker": SCHEME_STYLE["rope"][1]}
     assert style("RoPE + PI x4") == {} and style("k=4") == {}
 

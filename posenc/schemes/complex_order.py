@@ -68,8 +68,8 @@ PHASE_SHARING = SHARING + ("zero",)
 class ComplexOrderEmbedding(nn.Module):
     """Word id -> f(j, pos) in C^dim, with per-word amplitude, frequency and phase tables.
 
-    Initialisation (as in the authors' released code): every word's frequencies start
-    at the sinusoidal w_k = base^{-k/dim}, phases at 0, so at step 0 the real and
+    Initialisation: every word's frequencies start at the sinusoidal w_k = base^{-k/dim}
+    (the authors' released code: base^{-2 floor(k/2)/dim}, each value twice), phases at 0, so at step 0 the real and
     imaginary parts are the word amplitude times the cos and sin columns of the
     sinusoidal table. `order=False` freezes w = 0: a complex word vector with no
     position (the paper's "complex vanilla" ablation).
@@ -197,7 +197,8 @@ class ComplexAttention(nn.Module):
     """Complex multi-head self-attention, real softmax weights, complex values.
 
         s_ij = q_i . conj(k_j)                    (complex, [B, H, T, T])
-        a_ij = |s_ij| / sqrt(d_h)   (score="modulus", the authors' released code)
+        a_ij = |s_ij| / sqrt(d_h)   (score="modulus"; the authors' released code takes |q_i . k_j|,
+                                     without the conjugate, in which the phases add)
              = Re s_ij / sqrt(d_h)  (score="real": the real inner product of the 2x views)
         o_i  = sum_j softmax_j(a_ij) v_j
     """
