@@ -5,7 +5,8 @@ import torch
 import posenc
 from posenc.runs import RunSpec
 from posenc.runs.recipes import build_untrained, sequence
-from posenc.runs.train import (RandomPositions, TrainConfig, random_positions, step_generator, train)
+from posenc.runs.train import (RandomPositions, TrainConfig, positions_seen, random_positions, step_generator, train,
+                               training_batch)
 from posenc.tasks import SyntheticTask
 from conftest import small_model
 
@@ -80,6 +81,17 @@ def test_training_draws_each_steps_positions_from_its_generator_after_the_batch(
         x, _ = TASK.train_batch(16, g, True)                           # the batch is drawn first, as without the option
         assert torch.equal(positions, random_positions(x.shape[1], 64, g))
     assert len(seen) == 6
+    for step, positions in enumerate(seen):                            # training_batch replays the same draws
+        assert torch.equal(training_batch(TASK, cfg(steps=6, seed=3), step, True)[2]["positions"], positions)
+
+
+def test_positions_seen_replays_what_training_shows_the_model():
+    plain = positions_seen(TASK, cfg(steps=5, random_positions=None), True)
+    n = max(plain["positions"]) + 1
+    assert plain["positions"] == set(range(n)) and plain["distances"] == set(range(n)) and plain["mean_gap"] == 1
+    randomized = positions_seen(TASK, cfg(steps=5), True)
+    assert max(randomized["positions"]) < 64 and randomized["mean_gap"] > 1
+    assert len(randomized["positions"]) > n                            # positions far beyond any length trained on
 
 
 @pytest.mark.parametrize("scheme", ["rope", "nope"])

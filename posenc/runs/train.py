@@ -145,6 +145,30 @@ def random_positions(n: int, max_position: int, generator: torch.Generator) -> t
     return torch.randperm(max_position, generator=generator)[:n].sort().values
 
 
+def training_batch(task, cfg: TrainConfig, step: int, causal: bool) -> tuple:
+    """Step `step`'s batch as `train` draws it, from `step_generator(cfg.seed, step)`: (x, y, kw) with
+    kw = {"positions": random_positions(n, M, g)} under randomized positions (drawn after the batch, so
+    the batches are those of the same run without the option), else {}."""
+    g = step_generator(cfg.seed, step)
+    x, y = task.train_batch(cfg.batch_size, g, causal)
+    kw = {} if cfg.random_positions is None else {"positions": random_positions(x.shape[1], cfg.random_positions, g)}
+    return x, y, kw
+
+
+def positions_seen(task, cfg: TrainConfig, causal: bool) -> dict:
+    """What training shows a model of position, replaying every step's `training_batch`: the positions
+    read, the distances p_i - p_j >= 0 between them, and the mean gap between neighbouring positions.
+    Returns {"positions": set, "distances": set, "mean_gap": float}."""
+    positions, distances, gaps = set(), set(), []
+    for step in range(cfg.steps):
+        x, _, kw = training_batch(task, cfg, step, causal)
+        p = kw.get("positions", torch.arange(x.shape[1]))
+        positions |= set(p.tolist())
+        distances |= set((p[:, None] - p[None, :]).clamp(min=0).unique().tolist())
+        gaps += p.diff().tolist()
+    return {"positions": positions, "distances": distances, "mean_gap": sum(gaps) / max(1, len(gaps))}
+
+
 def check_random_positions(model: torch.nn.Module, max_position: int) -> None:
     """Refuse, before training, a model that cannot take positions up to M - 1.
 
@@ -261,9 +285,7 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress,
                desc=type(model.scheme).__name__ if hasattr(model, "scheme") else "train")
     for step in bar:
-        g = step_generator(cfg.seed, step)
-        x, y = task.train_batch(cfg.batch_size, g, model.causal)
-        kw = {} if cfg.random_positions is None else {"positions": random_positions(x.shape[1], cfg.random_positions, g)}
+        x, y, kw = training_batch(task, cfg, step, model.causal)
         if check is not None:
             check(x)                                 # on the host, where the batch was made: free
         batch = (to_device(x, device), to_device(y, device), kw)   # positions go as they are: the model reads them first
