@@ -164,6 +164,26 @@ def metric_vs_length_by_group(table: Table, groups, *, y: str, ylabel: str, titl
     return fig
 
 
+def ratio_bars(ratios: dict, *, xlabel: str, marks=(1.0, 2.0), ax=None, title: str = ""):
+    """One horizontal bar per label, sorted, {label: ratio}: e.g. each scheme's loss at 8L over its loss at
+    L, where a long list of curves on one axis would hide the small differences. Bars take the scheme's
+    colour (grey for other labels); dotted lines mark `marks` (1: flat, 2: doubled)."""
+    if not ratios:
+        raise ValueError("ratios must hold at least one {label: value}")
+    order = sorted(ratios, key=ratios.get)
+    ax = _axes(ax, figsize=(PAGE_WIDTH, 0.22 * len(order) + 1.0))
+    colors = [style(label).get("color", "#888888") for label in order]
+    ax.barh(range(len(order)), [ratios[k] for k in order], color=colors)
+    ax.set_yticks(range(len(order)), [str(k) for k in order], fontsize=8)
+    for x in marks:
+        ax.axvline(x, color="grey", ls=":", lw=1)
+    for i, k in enumerate(order):
+        ax.text(ratios[k], i, f" {ratios[k]:.2f}", va="center", fontsize=7)
+    ax.set(xlabel=xlabel, title=title, xlim=(0, max(ratios.values()) * 1.12))
+    ax.grid(axis="x", alpha=0.3)
+    return ax
+
+
 def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_labels=None):
     """Heatmap of one head's attention weights [query, key]."""
     ax = _axes(ax, figsize=(4, 4))

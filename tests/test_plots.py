@@ -110,3 +110,17 @@ def test_import_posenc_leaves_the_drawing_and_ode_libraries_unloaded_until_used(
             "print('matplotlib' in sys.modules, 'plots' in dir(posenc))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]" and out[1] == "True True"
+
+
+def test_ratio_bars_sorts_and_colours_each_scheme():
+    import matplotlib.pyplot as plt
+    from posenc.plots import ratio_bars, style
+    ax = ratio_bars({"rope": 2.27, "alibi": 0.99, "an option": 1.35}, xlabel="8L / L")
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["alibi", "an option", "rope"]                          # sorted, smallest at the bottom
+    bars = ax.patches
+    assert [round(b.get_width(), 2) for b in bars] == [0.99, 1.35, 2.27]
+    assert bars[2].get_facecolor()[:3] == pytest.approx(plt.matplotlib.colors.to_rgb(style("rope")["color"]))
+    with pytest.raises(ValueError, match="ratios"):
+        ratio_bars({}, xlabel="x")
+    plt.close("all")
