@@ -53,7 +53,7 @@ def load_results(name: str, results_dir: str | Path | None = None):
     return _read_json(path) if path.exists() else None
 
 
-VERDICTS = {True: "reproduced", False: "not reproduced", None: "not resolved at this scale"}
+VERDICTS = {True: "reproduced", False: "not reproduced", None: "not resolved"}
 #: the words of design.md's one rule (`posenc.analysis.verdict`), which `record_claim` stores
 RULE_VERDICTS = ("reproduced", "contradicted", "not resolved")
 
