@@ -18,25 +18,25 @@ The bias depends on |i - j| alone, so KERPLE is exactly shift-invariant.
 
 FIRE (Li et al., ICLR 2024, section 3) learns the function of the distance instead, with a
 log transform psi and *progressive interpolation*: the distance is divided by the query's
-position, floored at a learned threshold L,
+position, floored at a learned threshold tau (the paper's L),
 
-    b_ij = f_theta( psi(i - j) / psi(max(L, i)) ),    psi(x) = log(c x + 1),     (j <= i)
+    b_ij = f_theta( psi(i - j) / psi(max(tau, i)) ),    psi(x) = log(c x + 1),     (j <= i)
 
-with f_theta: R -> R^heads an MLP (1 -> 32 -> heads, ReLU) and c > 0, L > 0 learned, one
-(f_theta, c, L) per layer (or one for all: `shared_layers=True`). As in the paper's code,
-c starts at 0.1 and L at 512 (the paper trains on 2048 tokens; pass `init_threshold`, e.g.
+with f_theta: R -> R^heads an MLP (1 -> 32 -> heads, ReLU) and c > 0, tau > 0 learned, one
+(f_theta, c, tau) per layer (or one for all: `shared_layers=True`). As in the paper's code,
+c starts at 0.1 and tau at 512 (the paper trains on 2048 tokens; pass `init_threshold`, e.g.
 a quarter of the training length, for other lengths); here c = exp(gamma) and
-L = L0 exp(lambda), positive by construction (the code takes |c x| and |m L0|). Choice
+tau = tau0 exp(lambda), positive by construction (the code takes |c x| and |m tau0|). Choice
 made here for bidirectional attention, where the paper defines only j <= i:
 
-    b_ij = f_theta( psi(|i - j|) / psi(max(L, i, j)) ),
+    b_ij = f_theta( psi(|i - j|) / psi(max(tau, i, j)) ),
 
 which is the paper's formula wherever j <= i (then max(i, j) = i), is symmetric in (i, j),
 and keeps the MLP's input in [0, 1] for non-negative positions, as in the causal case.
 FIRE is therefore defined for both kinds of model (`causal_only = False`). It is *not*
-shift-invariant: the normaliser moves with the query position. Once L covers every
-position, max(L, i, j) = L and the bias depends on |i - j| alone; shifting positions that all
-stay below L changes nothing.
+shift-invariant: the normaliser moves with the query position. Once tau covers every
+position, max(tau, i, j) = tau and the bias depends on |i - j| alone; shifting positions that all
+stay below tau changes nothing.
 
 `fit_fire_to_bias` checks the paper's Theorem 3.1 (FIRE can represent T5's bias, ALiBi and
 KERPLE) numerically: it fits one FIRE layer to a given causal bias by least squares.
@@ -102,21 +102,21 @@ def kerple_bias(positions: Tensor, r1: Tensor, r2: Tensor, kernel: str = "log") 
 
 
 def _fire_input(distance: Tensor, span: Tensor, c: Tensor, threshold: Tensor) -> Tensor:
-    """The MLP's input psi(d) / psi(max(L, span)), psi(x) = log(1 + c x): same shape as `distance`."""
+    """The MLP's input psi(d) / psi(max(tau, span)), psi(x) = log(1 + c x): same shape as `distance`."""
     return torch.log1p(c * distance) / torch.log1p(c * torch.maximum(span, threshold))
 
 
 def _fire(distance: Tensor, span: Tensor, mlp, c: Tensor, threshold: Tensor) -> Tensor:
-    """f(psi(d) / psi(max(L, span))) as [H, T, T]: `mlp` maps [..., 1] -> [..., H]."""
+    """f(psi(d) / psi(max(tau, span))) as [H, T, T]: `mlp` maps [..., 1] -> [..., H]."""
     return mlp(_fire_input(distance, span, c, threshold)[..., None]).permute(2, 0, 1)
 
 
 def fire_bias(positions: Tensor, mlp, c, threshold) -> Tensor:
-    """FIRE's bias [heads, seq, seq] (section 3): f(psi(|i - j|) / psi(max(L, i, j))), psi(x) = log(c x + 1).
+    """FIRE's bias [heads, seq, seq] (section 3): f(psi(|i - j|) / psi(max(tau, i, j))), psi(x) = log(c x + 1).
 
     `mlp` maps [..., 1] -> [..., heads] (e.g. `nn.Sequential(nn.Linear(1, 32), nn.ReLU(),
-    nn.Linear(32, heads))`, or a `FireMLP`); c > 0 and threshold L > 0 are floats or 0-d tensors.
-    For j <= i this is the paper's f(psi(i - j) / psi(max(L, i))).
+    nn.Linear(32, heads))`, or a `FireMLP`); c > 0 and threshold tau > 0 are floats or 0-d tensors.
+    For j <= i this is the paper's f(psi(i - j) / psi(max(tau, i))).
     """
     if not isinstance(positions, Tensor) or positions.dim() != 1:
         raise ValueError(f"positions must be a 1-D tensor; got {_describe(positions)}")
@@ -148,13 +148,13 @@ class FireMLP(nn.Module):
 
 
 class FireLayer(nn.Module):
-    """One layer's FIRE: f_theta, c = exp(gamma) and L = L0 exp(lambda)."""
+    """One layer's FIRE: f_theta, c = exp(gamma) and tau = tau0 exp(lambda)."""
 
     def __init__(self, n_heads: int, hidden: int = 32, init_c: float = 0.1, init_threshold: float = 512.0):
         super().__init__()
         self.mlp = FireMLP(n_heads, hidden)
         self.log_c = nn.Parameter(torch.tensor(math.log(init_c)))
-        self.log_scale = nn.Parameter(torch.zeros(()))            # L = L0 exp(lambda) (code: L0 |m|)
+        self.log_scale = nn.Parameter(torch.zeros(()))            # tau = tau0 exp(lambda) (code: tau0 |m|)
         self.register_buffer("init_threshold", torch.tensor(float(init_threshold)))
 
     @property
@@ -215,8 +215,8 @@ class FIRE(Scheme):
     Args:
         hidden: width of the MLP f_theta (paper: 32).
         init_c: initial c of psi(x) = log(c x + 1) (paper's code: 0.1).
-        init_threshold: initial L (paper's code: 512, with 2048-token training).
-        shared_layers: one (f_theta, c, L) for all layers instead of one per layer.
+        init_threshold: initial tau (paper's code: 512, with 2048-token training).
+        shared_layers: one (f_theta, c, tau) for all layers instead of one per layer.
     """
 
     def __init__(self, *, hidden: int = 32, init_c: float = 0.1, init_threshold: float = 512.0,
@@ -253,12 +253,12 @@ def fit_fire_to_bias(target: Tensor, steps: int = 300, seed: int = 0, *, hidden:
     Returns (a one-layer causal `FIRE` scheme with the fitted parameters, the relative error
     ||b - target||_F / ||target||_F over the entries j <= i). Variable projection: the output
     layer of f_theta is the exact least-squares solution for the current hidden features, and
-    Adam moves the rest (hidden layer, c, L); by the envelope theorem the gradient of the
+    Adam moves the rest (hidden layer, c, tau); by the envelope theorem the gradient of the
     projected loss is the gradient with the output layer held at its optimum; the hidden
     units start as relu(x - t_k) with knots t_k between the inputs (`seed` picks which), and
-    the best parameters seen are kept. L starts at n (`init_threshold`): then the normaliser
-    psi(L) is one constant and a target that depends on i - j alone (T5, ALiBi, KERPLE) is a
-    function of one variable, x = psi(i - j) / psi(L), to approximate.
+    the best parameters seen are kept. tau starts at n (`init_threshold`): then the normaliser
+    psi(tau) is one constant and a target that depends on i - j alone (T5, ALiBi, KERPLE) is a
+    function of one variable, x = psi(i - j) / psi(tau), to approximate.
 
     A width-h f_theta is a piecewise-linear function of x with at most h kinks: it follows
     smooth targets (ALiBi, KERPLE) closely at h = 32, while T5's bias, one free value per
@@ -317,7 +317,7 @@ def _place_knots(layer: FireLayer, distance: Tensor, span: Tensor) -> None:
 
 def _projected_residual(layer: FireLayer, distance: Tensor, span: Tensor, y: Tensor) -> Tensor:
     """Sets the output layer (w2, b2) to the least-squares fit of y on the hidden features and
-    returns the residual (N, H), differentiable in the hidden layer, c and L."""
+    returns the residual (N, H), differentiable in the hidden layer, c and tau."""
     mlp = layer.mlp
     x = _fire_input(distance, span, layer.c, layer.threshold)                      # (N,)
     h = F.relu(F.linear(x[:, None], mlp.w1, mlp.b1))                               # (N, hidden)
