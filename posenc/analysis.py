@@ -442,6 +442,39 @@ def per_seed(rows: Table, metric: str, *, x_train=None, **where) -> dict:
     return out
 
 
+def paired(fn, *arms: dict) -> dict:
+    """{seed: fn(arm_1[seed], ..., arm_k[seed])}: a per-seed effect of arms trained on the same seeds.
+
+    Each arm is a `per_seed` dict. Pairing by seed is what makes the effect's interval tight: two
+    schemes trained from seed s share their data order, so e(s) = f(a_s, b_s) cancels what the seed
+    alone decides. The arms must hold the same seeds; a seed missing from one is an error, never
+    a silently shorter effect. Seeds come out in ascending order, as `per_seed` gives them.
+    """
+    if not arms:
+        raise ValueError("paired needs at least one arm (a {seed: value} dict)")
+    seeds = sorted(arms[0])
+    for i, arm in enumerate(arms[1:], start=2):
+        if sorted(arm) != seeds:
+            raise ValueError(f"arm {i} holds seeds {sorted(arm)}, arm 1 holds {seeds}: paired effects need the "
+                             f"same seeds in every arm")
+    return {s: fn(*(arm[s] for arm in arms)) for s in seeds}
+
+
+def paired_difference(a: dict, b: dict) -> dict:
+    """{seed: a[seed] - b[seed]} (`paired` with subtraction): e.g. RoPE's loss at 8L minus xPos's."""
+    return paired(lambda x, y: x - y, a, b)
+
+
+def length_ratio(rows: Table, metric: str, far, *, near=1, **where) -> dict:
+    """{seed: m(far) / m(near)}: how `metric` grows from `near` to `far` times the training length.
+
+    m(x) is `per_seed(rows, metric, x_train=x, **where)`; e.g. a language model whose loss at 8L
+    over its loss at L is 1.00 extrapolates flat, and 1.10 has lost 10%.
+    """
+    return paired(lambda f, n: f / n, per_seed(rows, metric, x_train=far, **where),
+                  per_seed(rows, metric, x_train=near, **where))
+
+
 def cope_gate_maps(model, tokens, positions=None) -> list:
     """The gates g_ij of every layer of a CoPE model on `tokens` [B, T]: a list of [B, H, T, T] tensors.
 

@@ -164,6 +164,35 @@ def test_per_seed_pairs_runs_by_seed_and_selects_lengths():
         per_seed(rows, "acc", scheme="c")
 
 
+@given(st.dictionaries(st.integers(0, 20), st.floats(0.1, 10), min_size=1, max_size=6), st.data())
+def test_paired_effects_combine_each_seed_with_itself_and_only_itself(a, data):
+    from posenc.analysis import paired, paired_difference
+    b = {s: data.draw(st.floats(0.1, 10)) for s in reversed(list(a))}      # same seeds, other insertion order
+    diff = paired_difference(a, b)
+    assert list(diff) == sorted(a)                       # ascending seeds whatever the dicts' order
+    assert all(diff[s] == a[s] - b[s] for s in a)        # seed s meets seed s, never a neighbour
+    assert paired(min, a, b, a) == {s: min(a[s], b[s]) for s in sorted(a)}
+
+
+def test_paired_effects_refuse_arms_with_different_seeds():
+    from posenc.analysis import paired, paired_difference
+    with pytest.raises(ValueError, match=r"arm 2 holds seeds \[0, 1\], arm 1 holds \[0, 1, 2\]"):
+        paired_difference({0: 1.0, 1: 1.0, 2: 1.0}, {0: 1.0, 1: 2.0})
+    with pytest.raises(ValueError, match="at least one arm"):
+        paired(min)
+
+
+def test_length_ratio_is_each_seeds_metric_far_over_near():
+    from posenc.analysis import length_ratio
+    rows = posenc.Table({"scheme": s, "seed": seed, "x_train": x, "bpc": (1 + seed) * (1 + grow * (x - 1))}
+                        for s, grow in (("flat", 0.0), ("grows", 0.1)) for seed in (0, 1, 2) for x in (1, 2, 8))
+    assert length_ratio(rows, "bpc", 8, scheme="flat") == pytest.approx({0: 1.0, 1: 1.0, 2: 1.0})
+    assert length_ratio(rows, "bpc", 8, scheme="grows") == pytest.approx({0: 1.7, 1: 1.7, 2: 1.7})
+    assert length_ratio(rows, "bpc", 8, near=2, scheme="grows") == pytest.approx({s: 1.7 / 1.1 for s in (0, 1, 2)})
+    with pytest.raises(ValueError, match="no rows"):
+        length_ratio(rows, "bpc", 4, scheme="flat")
+
+
 def test_cope_gate_maps_reads_the_gates_the_model_counts_with_and_leaves_it_unchanged():
     import torch
     from posenc.analysis import cope_gate_maps
