@@ -22,6 +22,30 @@ def mean(values) -> float:
     return sum(values) / len(values)
 
 
+def finite_values(values, name: str = "values") -> list[float]:
+    """`values` (a sequence of numbers, or a {seed: number} dict, whose values are taken) as floats.
+
+    A string, a non-number or a NaN/inf raises an error naming `name`: an effect per seed with a
+    NaN in it has no mean, and a dict iterated by its keys would judge the seed numbers.
+    """
+    if isinstance(values, dict):
+        values = list(values.values())
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of numbers or a {{seed: number}} dict; got {values!r}")
+    out = []
+    for v in values:
+        if isinstance(v, (str, bytes, bool)):
+            raise TypeError(f"{name} must hold numbers; got {v!r}")
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must hold numbers; got {v!r}") from None
+        if not math.isfinite(f):
+            raise ValueError(f"{name} must be finite; got {v!r} among {len(out) + 1}+ values")
+        out.append(f)
+    return out
+
+
 def column_mean(rows: Table, metric: str, **where) -> float:
     """Mean of `metric` over the rows whose columns equal `where` (e.g. scheme="rope", x_train=8.0)."""
     sub = Table(rows).where(**where)
@@ -37,7 +61,7 @@ def summarize(rows: Table, by, metrics) -> Table:
     """
     by = (by,) if isinstance(by, str) else tuple(by)
     metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-    rows = Table(rows)
+    rows = Table(rows).require(by, "by").require(metrics, "metrics")
     out = Table()
     for key in dict.fromkeys(tuple(r.get(c) for c in by) for r in rows):
         sub = rows.where(**dict(zip(by, key)))
@@ -58,14 +82,20 @@ def bootstrap_ci(values, *, level: float = 0.95, n_boot: int = 2000, seed: int =
     than its level says (three seeds: nearly their range, which holds the true mean about 75% of
     the time; `bootstrap_coverage`). Deterministic given `seed`.
     """
-    values = [float(v) for v in values]
+    values = finite_values(values)
     if not values:
         raise ValueError("bootstrap_ci needs at least one value")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1); got {level!r}")
+    _check_level(level)
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
+        raise ValueError(f"n_boot must be an int >= 100 (fewer draws make no percentile interval); got {n_boot!r}")
     rng = random.Random(seed)
     n = len(values)
     return central((sum(rng.choice(values) for _ in range(n)) / n for _ in range(n_boot)), level=level)
+
+
+def _check_level(level) -> None:
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1); got {level!r}")
 
 
 def central(draws, *, level: float = 0.95) -> tuple:
@@ -168,10 +198,23 @@ class Band:
     null: float = 0.0
 
     def __post_init__(self):
+        for name in ("low", "high", "null"):
+            v = getattr(self, name)
+            if v is None and name != "null":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"Band {name} must be a finite number{' or None' if name != 'null' else ''}; got {v!r}")
         if self.low is None and self.high is None:
             raise ValueError("a Band needs low or high")
         if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(f"Band low={self.low} > high={self.high}")
+        # A one-sided band must lie on one side of no effect: its null at or beyond its open edge's
+        # far side. Band(None, 0.02) with null 0 would call an interval [0.01, 0.03] contradicted.
+        if (self.low is None and self.null < self.high) or (self.high is None and self.null > self.low):
+            edge = "high" if self.low is None else "low"
+            raise ValueError(f"a one-sided Band holds its null={self.null} inside it; for a claim that an effect "
+                             f"stays within {edge}={getattr(self, edge)}, set null={getattr(self, edge)} (its far side "
+                             f"is then beyond that edge)")
 
     def contains(self, lo: float, hi: float) -> bool:
         return (self.low is None or lo >= self.low) and (self.high is None or hi <= self.high)
@@ -197,8 +240,15 @@ class Band:
 def verdict(values, band: Band, *, level: float = 0.95, min_seeds: int = 3) -> dict:
     """design.md's one rule: "reproduced" when the bootstrap interval of the mean lies in the band,
     "contradicted" when it lies beyond no effect on the other side, "not resolved" otherwise
-    (and always with fewer than `min_seeds` values)."""
-    values = [float(v) for v in values]
+    (and always with fewer than `min_seeds` values).
+
+    values: the effect per seed, a sequence or a {seed: effect} dict (`per_seed`, `paired`); finite.
+    """
+    if not isinstance(band, Band):
+        raise TypeError(f"band must be a posenc.analysis.Band; got {band!r}")
+    if isinstance(min_seeds, bool) or not isinstance(min_seeds, int) or min_seeds < 1:
+        raise ValueError(f"min_seeds must be a positive int; got {min_seeds!r}")
+    values = finite_values(values)
     lo, hi = bootstrap_ci(values, level=level)
     if len(values) < min_seeds:
         word = "not resolved"

@@ -120,6 +120,7 @@ def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_t
     colour and marker, `style`); labels: {group: legend label}; logx: a log axis ticked at the
     lengths measured; legend=False leaves the legend to the caller (a figure-wide one, say).
     """
+    table = Table(table).require((y, hue, x), "metric_vs_length's y, hue and x")
     ax = _axes(ax)
     styles, labels = styles or {}, labels or {}
     ticks = set()

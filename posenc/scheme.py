@@ -155,6 +155,13 @@ class Scheme(nn.Module):
 
     def __init__(self, *, d_model: int, n_heads: int, n_layers: int, max_len: int, causal: bool):
         super().__init__()
+        for arg, value in (("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{arg} must be a positive int; got {value!r}")
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be True or False; got {causal!r}")
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.max_len, self.causal = max_len, causal
         self.head_dim = d_model // n_heads

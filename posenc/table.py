@@ -19,6 +19,16 @@ class Table(list):
     def column(self, name: str) -> list:
         return [row.get(name) for row in self]
 
+    def require(self, names, what: str = "columns") -> "Table":
+        """Self, after checking that every one of `names` is a column (a misspelt name would read as None
+        in every row and pool or blank everything silently); an empty table has nothing to check."""
+        names = (names,) if isinstance(names, str) else tuple(names)
+        have = self.columns
+        absent = [n for n in names if n not in have]
+        if self and absent:
+            raise ValueError(f"{what}: no column {', '.join(map(repr, absent))}; the rows have {have}")
+        return self
+
     def where(self, **equal) -> "Table":
         return Table(r for r in self if all(r.get(k) == v for k, v in equal.items()))
 
@@ -27,9 +37,9 @@ class Table(list):
 
     def to_json(self, path=None) -> str:
         text = json.dumps(list(self), indent=1)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(text + "\n")
+        if path is not None:                     # through a temporary file and a rename: never half written
+            from .runs.store import atomic_write
+            atomic_write(path, text + "\n")
         return text
 
     def __str__(self) -> str:

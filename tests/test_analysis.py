@@ -63,6 +63,43 @@ def test_verdict_follows_one_rule():
         Band(2.0, 1.0)
 
 
+def test_verdict_reads_a_dict_by_its_values_and_refuses_what_has_no_mean():
+    band = Band(0.0, 5.0)
+    by_seed = {0: -9.0, 1: -9.0, 2: -9.0}                          # the keys (0, 1, 2) would sit in the band
+    assert verdict(by_seed, band)["verdict"] == verdict(list(by_seed.values()), band)["verdict"] == "contradicted"
+    assert bootstrap_ci({10: 1.0, 11: 1.0, 12: 1.0}) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="values must be finite"):
+        verdict([math.nan, 0.5, 0.5, 0.5], Band(0.1, None))
+    with pytest.raises(ValueError, match="values must be finite"):
+        bootstrap_ci([1.0, math.inf, 3.0])
+    with pytest.raises(TypeError, match="values must be a sequence"):
+        verdict("123", Band(0.1, None))
+    with pytest.raises(TypeError, match="band must be"):
+        verdict([1.0, 2.0, 3.0], (0.1, None))
+    for bad in (0, 10.0, True):
+        with pytest.raises(ValueError, match="n_boot"):
+            bootstrap_ci([1.0, 2.0, 3.0], n_boot=bad)
+    with pytest.raises(ValueError, match="level"):
+        bootstrap_ci([1.0, 2.0, 3.0], level="0.9")
+    with pytest.raises(ValueError, match="min_seeds"):
+        verdict([1.0, 2.0, 3.0], band, min_seeds=-1)
+
+
+def test_a_band_is_finite_numbers_with_no_effect_outside_a_one_sided_band():
+    for kw in ({"low": math.nan, "high": 1.0}, {"low": 0.1, "high": math.inf}, {"low": "0.1", "high": "0.5"},
+               {"low": 0.1, "high": 0.5, "null": math.nan}):
+        with pytest.raises(ValueError, match="Band (low|high|null) must be a finite number"):
+            Band(**kw)
+    with pytest.raises(ValueError, match="one-sided Band holds its null=0.0"):
+        Band(None, 0.02)                       # "grows at most 2%": no growth would sit inside the band
+    with pytest.raises(ValueError, match="one-sided Band holds its null=0.5"):
+        Band(0.1, None, null=0.5)
+    flat = Band(None, 0.02, null=0.02)         # the edge is the null: contradicted only wholly beyond it
+    assert verdict([0.01, 0.02, 0.03], flat)["verdict"] == "not resolved"
+    assert verdict([0.03, 0.04, 0.035], flat)["verdict"] == "contradicted"
+    assert verdict([0.0, 0.01, 0.005], flat)["verdict"] == "reproduced"
+
+
 def test_training_curve_helpers():
     hist = [{"step": s, "loss": l} for s, l in [(10, 4.0), (20, 3.0), (30, 2.5), (40, 0.5), (50, 0.4)]]
     assert smooth(hist, 1) == [(h["step"], h["loss"]) for h in hist]
@@ -71,6 +108,19 @@ def test_training_curve_helpers():
     rows = Table([{"model": "m", "seed": 0, "mlm": 1.0}, {"model": "m", "seed": 1, "mlm": 3.0}])
     out = plateau_table(rows, {("m", 0): hist, ("m", 1): hist}, entropy=2.0)
     assert out[0]["seeds_below_H"] == 1 and out[0]["seeds"] == 2 and out[0]["mean_mlm"] == 2.0
+
+
+def test_plateau_table_reports_the_median_step_at_which_seeds_leave_the_plateau():
+    def leaving_at(step):          # loss 4.0 (the plateau, read at step 10) until `step`, then 1.0
+        return [{"step": s, "loss": 4.0 if s < step else 1.0} for s in range(10, 101, 10)]
+    histories = {("m", 0): leaving_at(40), ("m", 1): leaving_at(math.inf), ("m", 2): leaving_at(20),
+                 ("n", 0): leaving_at(math.inf)}
+    rows = Table([{"model": "m", "seed": 0, "mlm": 1.9}, {"model": "m", "seed": 1, "mlm": 4.0},
+                  {"model": "m", "seed": 2, "mlm": 1.0}, {"model": "n", "seed": 0, "mlm": 3.0}])
+    m, n = plateau_table(rows, histories, entropy=2.0)
+    assert m["leave_step_median"] == 40               # steps 20, 40, never: the middle one
+    assert m["seeds_below_H"] == 2 and m["seeds"] == 3  # 1.9 and 1.0 lie below H - 0.05 = 1.95
+    assert n["leave_step_median"] == math.inf and n["seeds_below_H"] == 0
 
 
 def test_findings_table_and_summary_follow_the_rows():
@@ -327,3 +377,25 @@ def test_claims_and_intervals_write_no_negative_zero():
     from posenc.runs.profiles import claim_verdict
     values = [-0.0004, 0.0003, -0.0002]
     assert "-0.000" not in with_interval(values) and "-0.000" not in claim_verdict(values, Band(0.01, None), effect="e")["measured"]
+
+
+def test_a_misspelt_column_is_an_error_not_a_pooled_or_blank_result():
+    from posenc.analysis import summarize
+    rows = Table({"scheme": s, "seed": k, "loss": float(k)} for s in ("a", "b") for k in range(3))
+    with pytest.raises(ValueError, match=r"by: no column 'schme'; the rows have \['scheme', 'seed', 'loss'\]"):
+        summarize(rows, by="schme", metrics="loss")          # used to pool both schemes into one row
+    with pytest.raises(ValueError, match="metrics: no column 'los'"):
+        summarize(rows, by="scheme", metrics="los")
+    assert [r["scheme"] for r in summarize(rows, by="scheme", metrics="loss")] == ["a", "b"]
+    assert Table().require("anything") == Table()          # nothing to check in no rows
+
+
+def test_table_to_json_writes_through_a_rename(tmp_path, monkeypatch):
+    import os
+    path = tmp_path / "t.json"
+    path.write_text("old\n")
+    calls = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append((a, b)), real(a, b))[1])
+    Table([{"a": 1}]).to_json(path)
+    assert calls and calls[0][1] == path and path.read_text() == '[\n {\n  "a": 1\n }\n]\n'

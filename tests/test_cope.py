@@ -250,6 +250,16 @@ def test_bad_tensors_are_rejected_by_name():
         cope_gates(q, k[..., :4], 1.0)
     with pytest.raises(ValueError, match="q must not have more positions than k"):
         cope_gates(q, k[:, :, :3], 1.0)
+    table = torch.randn(6, q.shape[-1])
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    with pytest.raises(ValueError, match=rf"gates must be a tensor \[\.\.\., Q={n_q}, K={n_k}\]"):
+        cope_logits(q, k, table, 1.0, gates=torch.rand(n_q - 1, n_k - 1))     # would score only the first queries
+    with pytest.raises(ValueError, match="gates must be"):
+        cope_logits(q, k, table, 1.0, gates=[[1.0]])
+    with pytest.raises(ValueError, match="npos >= 1"):
+        cope_logits(q, k, table[:0], 1.0)
+    with pytest.raises(TypeError, match="scale must be a number"):
+        cope_logits(q, k, table, "x")
 
 
 # -- the selective k-back task --------------------------------------------------------------

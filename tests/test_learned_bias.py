@@ -201,6 +201,11 @@ def test_bad_options_are_rejected_by_name(name, kw, error, match):
     (lambda: kerple_bias(torch.arange(4), torch.ones(2), torch.full((2,), 2.5), "power"), ValueError, "r2"),
     (lambda: kerple_bias(torch.arange(4), torch.ones(2), torch.ones(3)), ValueError, "r1 and r2"),
     (lambda: kerple_bias(torch.zeros(2, 2), torch.ones(2), torch.ones(2)), ValueError, "positions"),
+    (lambda: kerple_bias(torch.tensor([True, False]), torch.ones(2), torch.ones(2)), ValueError, "positions must be real"),
+    (lambda: kerple_bias(torch.tensor([0.0, math.nan]), torch.ones(2), torch.ones(2)), ValueError, "positions must be finite"),
+    (lambda: kerple_bias(torch.arange(4), torch.full((2,), math.inf), torch.ones(2)), ValueError, "r1"),
+    (lambda: fire_bias(torch.tensor([0.0, math.inf]), FireMLP(2), 0.1, 8.0), ValueError, "positions must be finite"),
+    (lambda: fire_bias(torch.arange(4), FireMLP(2), math.inf, 8.0), ValueError, "c must"),
     (lambda: fire_bias(torch.arange(4), FireMLP(2), 0.0, 8.0), ValueError, "c must"),
     (lambda: fire_bias(torch.arange(4), FireMLP(2), 0.1, -1.0), ValueError, "threshold"),
     (lambda: fire_bias(torch.arange(4), "mlp", 0.1, 8.0), TypeError, "mlp"),
@@ -212,6 +217,17 @@ def test_bad_options_are_rejected_by_name(name, kw, error, match):
 def test_bad_arguments_of_the_functions_are_rejected_by_name(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("dtype, pos", [(torch.uint8, [0, 200, 37]), (torch.int8, [-100, 100, 3]), (torch.int16, [0, 30000, 5])])
+def test_narrow_integer_positions_give_the_distances_of_int64_ones(dtype, pos):
+    """|i - j| differenced in the positions' own dtype would wrap (uint8: 0 - 200 = 56)."""
+    torch.manual_seed(0)
+    wide, narrow = torch.tensor(pos, dtype=torch.int64), torch.tensor(pos, dtype=dtype)
+    r1, r2, mlp = torch.rand(2) + 0.1, torch.rand(2) + 0.1, FireMLP(2)
+    for kernel in ("log", "power"):
+        torch.testing.assert_close(kerple_bias(narrow, r1, r2, kernel), kerple_bias(wide, r1, r2, kernel))
+    torch.testing.assert_close(fire_bias(narrow, mlp, 0.1, 8.0), fire_bias(wide, mlp, 0.1, 8.0))
 
 
 # -- FIRE's expressivity (Theorem 3.1): T5, ALiBi and KERPLE as one FIRE layer -------------------

@@ -208,6 +208,36 @@ def test_causal_is_required_and_boolean():
         posenc.build_model("nope", 0, causal=True)
 
 
+@pytest.mark.parametrize("built, model, match", [
+    (dict(d_model=16, n_heads=4), dict(d_model=32, n_heads=4), "scheme d_model=16 but model d_model=32"),
+    (dict(n_heads=1), dict(n_heads=4), "scheme n_heads=1 but model n_heads=4"),
+    (dict(n_layers=1), dict(n_layers=2), "scheme n_layers=1 but model n_layers=2"),
+    (dict(causal=True), dict(causal=False), "scheme causal=True but model causal=False"),
+])
+@pytest.mark.parametrize("name", ["rope", "alibi", "learned", "cope"])
+def test_a_scheme_built_for_another_model_is_refused(name, built, model, match):
+    """A RoPE for 4-dim heads in a model of 8-dim heads would rotate half of each head; an ALiBi with one
+    head would hand every head the same slope. Both used to run."""
+    sizes = dict(d_model=32, n_heads=4, n_layers=2, causal=True)
+    scheme = posenc.SCHEMES[name](**{**sizes, **built}, max_len=64)
+    with pytest.raises(ValueError, match=match):
+        posenc.Transformer(scheme, 23, **{**sizes, **model})
+    posenc.Transformer(posenc.SCHEMES[name](**sizes, max_len=64), 23, **sizes)      # matched: builds
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(d_model=30, n_heads=4), ValueError, "d_model=30 must be divisible by n_heads=4"),
+    (dict(n_heads=0), ValueError, "n_heads must be a positive int"),
+    (dict(n_layers=1.0), ValueError, "n_layers must be a positive int"),
+    (dict(causal="yes"), TypeError, "causal must be True or False"),
+])
+def test_schemes_built_directly_check_their_sizes(kwargs, error, match):
+    sizes = dict(d_model=32, n_heads=4, n_layers=2, max_len=64, causal=True)
+    for name in ("nope", "alibi", "t5"):
+        with pytest.raises(error, match=match):
+            posenc.SCHEMES[name](**{**sizes, **kwargs})
+
+
 def test_unknown_scheme_kwarg_is_a_type_error():
     with pytest.raises(TypeError, match="not_an_option"):
         posenc.build_model("nope", 10, causal=True, not_an_option=1)
@@ -336,3 +366,20 @@ def test_learned_bias_models_train_through_the_lean_path_with_sdpas_gradients(mo
         assert len(calls) == 2                                                    # one per layer
         grads.append([p.grad for p in model.parameters() if p.grad is not None])
     assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+@pytest.mark.parametrize("scheme, kwargs, match", [
+    ("learned", {"init_std": float("nan")}, "init_std must be a finite number > 0"),
+    ("multiplicative", {"init_std": "0.02"}, "init_std must be"),
+    ("sinusoidal", {"scale": float("nan")}, "scale must be 'learned', 'vaswani' or a finite number"),
+    ("sinusoidal", {"scale": float("inf")}, "scale must be"),
+    ("sinusoidal", {"base": 0.5}, "base must be a finite number > 1"),
+    ("complex", {"base": 0}, "base must be a finite number > 1"),
+    ("floater", {"delta": float("inf")}, "delta must be a finite number > 0"),
+    ("floater", {"delta": "0.1"}, "delta must be"),
+    ("floater", {"hidden": 0}, "hidden must be a positive int or None"),
+])
+def test_options_that_made_every_output_nan_are_refused_by_name(scheme, kwargs, match):
+    """Each of these used to build a model whose logits were all NaN (or to fail deep inside torch)."""
+    with pytest.raises(ValueError, match=match):
+        posenc.build_model(scheme, 23, causal=True, d_model=32, n_heads=4, n_layers=2, max_len=64, **kwargs)

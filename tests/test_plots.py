@@ -25,6 +25,16 @@ def test_training_curves_and_metric_vs_length_are_labelled():
     plt.close("all")
 
 
+@pytest.mark.parametrize("kw, match", [({"y": "bcp"}, "'bcp'"), ({"y": "accuracy", "hue": "schme"}, "'schme'"),
+                                       ({"y": "accuracy", "x": "xtrain"}, "'xtrain'")])
+def test_metric_vs_length_names_a_column_the_rows_do_not_have(kw, match):
+    """A misspelt y used to draw an empty NaN line with a legend; a misspelt hue one line labelled None."""
+    table = Table([{"scheme": "a", "x_train": x, "seed": 0, "accuracy": 0.5} for x in (1, 2)])
+    with pytest.raises(ValueError, match=f"no column {match}"):
+        plots.metric_vs_length(table, **kw)
+    plt.close("all")
+
+
 def test_metric_vs_length_takes_styles_labels_and_a_log_axis_for_groups_that_are_not_schemes():
     table = Table([{"variant": v, "x_train": x, "seed": k, "bpc": 2.0 + x / 8 + 0.01 * k}
                    for v in ("rope", "PI x4") for x in (1, 2, 4, 8) for k in (0, 1)])

@@ -383,3 +383,25 @@ def test_table_and_bucket_schemes_reject_fractional_positions(scheme, kw):
     with pytest.raises(ValueError, match="positions"):
         model(x, positions=torch.arange(8) * 0.5)
     torch.testing.assert_close(model(x, positions=torch.arange(8).double() + 3), model(x, positions=torch.arange(8) + 3))
+
+
+@pytest.mark.parametrize("scheme, kwargs, error, match", [
+    ("t5", {"bidirectional": "no"}, TypeError, "bidirectional must be True or False; got 'no'"),
+    ("shaw", {"keys": "no"}, TypeError, "keys must be True or False"),
+    ("shaw", {"values": 0}, TypeError, "values must be True or False"),
+    ("shaw", {"max_distance": True}, ValueError, "max_distance must be a non-negative int"),
+    ("xl", {"untie_uv": "no"}, TypeError, "untie_uv must be True or False"),
+    ("xl", {"base": 0.5}, ValueError, "base must be a finite number > 1"),
+])
+def test_flags_that_any_truthy_value_used_to_switch_on_are_refused(scheme, kwargs, error, match):
+    """'no' is truthy: t5 with bidirectional='no' built two-sided buckets, shaw with keys='no' a key table."""
+    with pytest.raises(error, match=match):
+        posenc.build_model(scheme, 23, causal=True, d_model=32, n_heads=4, n_layers=2, max_len=64, **kwargs)
+
+
+def test_t5_bucket_refuses_a_string_flag_and_boolean_distances():
+    from posenc.functional import t5_bucket
+    with pytest.raises(TypeError, match="bidirectional must be True or False"):
+        t5_bucket(torch.tensor([3]), bidirectional="no")
+    with pytest.raises(TypeError, match="relative_position must be an integer tensor"):
+        t5_bucket(torch.tensor([True, False]))

@@ -85,6 +85,25 @@ def test_first_principles():
     (dict(rope_type="dynamic", factor=2.0), "max_position_embeddings"),
     (dict(rope_type="longrope", short_factor=[1.0], long_factor=[1.0], original_max_position_embeddings=8,
           max_position_embeddings=16), "dim/2"),
+    # values that used to give inf, NaN, negative or complex frequencies without a word
+    (dict(rope_type="linear", factor=0), "factor must be a finite number > 0"),
+    (dict(rope_type="linear", factor=math.nan), "factor must be a finite number > 0"),
+    (dict(rope_type="dynamic", factor=-1.0, max_position_embeddings=128, seq_len=512), "factor must be"),
+    (dict(rope_type="yarn", factor=0.0, original_max_position_embeddings=64), "factor must be"),
+    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=0), "original_max_position_embeddings must be an int >= 2"),
+    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings="4096"), "original_max_position_embeddings must be"),
+    (dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=64, beta_fast=-1), "beta_fast must be"),
+    (dict(rope_type="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0,
+          original_max_position_embeddings=512), "high_freq_factor must be > low_freq_factor"),
+    (dict(rope_type="llama3", factor=8.0, low_freq_factor=0.0, high_freq_factor=4.0,
+          original_max_position_embeddings=512), "low_freq_factor must be"),
+    (dict(rope_type="longrope", short_factor=[0.0] * 32, long_factor=[1.0] * 32, original_max_position_embeddings=8,
+          max_position_embeddings=16), "short_factor and long_factor must each be dim/2 = 32 positive"),
+    (dict(rope_type="longrope", short_factor=[1.0] * 32, long_factor=[1.0] * 31, original_max_position_embeddings=8,
+          max_position_embeddings=16, seq_len=4), "long_factor is"),
+    (dict(rope_type="default", partial_rotary_factor="0.5"), "partial_rotary_factor must be a number"),
+    (dict(rope_type="default", base=math.inf), "base must be a finite number"),
+    (dict(rope_type="dynamic", factor=2.0, max_position_embeddings=128, seq_len=0), "seq_len must be"),
 ])
 def test_bad_arguments_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):

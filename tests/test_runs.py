@@ -178,6 +178,34 @@ def test_the_runner_dry_run_lists_missing_runs_with_an_estimate(tmp_path):
         assert cpu.returncode == 2 and "made on a GPU" in cpu.stderr
 
 
+@pytest.mark.parametrize("args, env, match", [
+    (["--deadline", "nan"], {}, "--deadline must be a finite number of seconds > 0; got nan"),
+    (["--deadline", "inf"], {}, "--deadline must be a finite"),
+    ([], {"WORLD_SIZE": "0"}, "need WORLD_SIZE >= 1"),
+    ([], {"RANK": "3", "WORLD_SIZE": "2"}, "0 <= RANK < WORLD_SIZE; got RANK=3, WORLD_SIZE=2"),
+    ([], {"RANK": "x"}, "RANK and WORLD_SIZE must be ints"),
+])
+def test_the_runner_refuses_a_deadline_or_a_rank_that_would_silently_run_nothing_or_forever(args, env, match, capsys):
+    from posenc.runs.__main__ import main
+    old = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
+    os.environ.update(env)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            main(["--profile", "ci", "--chapters", "02_sinusoidal", "--dry-run", *args])
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert stop.value.code == 2 and match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_ensure_refuses_a_worker_count_that_is_not_a_positive_int(workers, tmp_path):
+    from posenc.runs import Store
+    from posenc.runs.ensure import ensure
+    with pytest.raises(ValueError, match="workers must be a positive int or None"):
+        ensure([tiny()], "ci", store=Store("ci", root=tmp_path), workers=workers)
+
+
 def test_the_whole_full_tier_fits_the_designs_h200_window_by_the_measured_cost_model():
     """design.md: `full` is the whole book within 15 minutes of one H200. The runner's cost model (fitted to
     the 2026-12-01 H200 window) must fit every declared `full` run, stored or not, in its window."""

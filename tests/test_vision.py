@@ -183,6 +183,25 @@ def test_rope2d_leaves_cls_unrotated_and_checks_head_dim():
         model.scheme.transform_qk(q, k, posenc.PositionContext(torch.arange(17), causal=False))
 
 
+@pytest.mark.parametrize("grid, ref_grid", [((2, 4), None), ((4, 2), None), ((3, 6), (2, 4))])
+def test_rope2d_rotates_each_patch_by_its_own_row_and_column(grid, ref_grid):
+    """The scheme is `axial_rope` at the grid's coordinates (rows in the first half of each head, columns in
+    the second), in the training grid's units under `ref_grid`; [CLS] is left as it is. A non-square grid
+    tells rows from columns."""
+    torch.manual_seed(0)
+    model = tiny_vit("rope2d")
+    n = 1 + grid[0] * grid[1]
+    q, k = torch.randn(1, 2, n, 16), torch.randn(1, 2, n, 16)
+    ctx = V.GridContext(torch.arange(n), causal=False, has_cls=True, grid=grid, ref_grid=ref_grid)
+    q2, k2 = model.scheme.transform_qk(q, k, ctx)
+    rows, cols = V.grid_coords(grid, ref_grid)
+    for x, x2 in ((q, q2), (k, k2)):
+        torch.testing.assert_close(x2[..., 0, :], x[..., 0, :])
+        torch.testing.assert_close(x2[..., 1:, :], V.axial_rope(x[..., 1:, :], rows, cols, 100.0))
+    swapped = V.axial_rope(q[..., 1:, :], cols, rows, 100.0)
+    assert not torch.allclose(q2[..., 1:, :], swapped, atol=1e-4)
+
+
 # -- the ViT --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("scheme", sorted(V.VISION_SCHEMES))
 @pytest.mark.parametrize("stem", ["patch", "cnn"])
@@ -207,8 +226,15 @@ def test_fixed_schemes_serve_any_resolution_the_learned_table_must_be_resized():
     model.scheme.resize_((6, 6), mode="interpolate")
     assert model(images).shape == (2, 10)
     torch.testing.assert_close(model.scheme.table[0], old[0])          # [CLS] row kept
+    torch.testing.assert_close(model.scheme.table.detach(),            # ViT's bicubic 2-D resize of the patch rows
+                               V.interpolate_pos_embed(old, (4, 4), (6, 6), num_prefix_tokens=1))
+    resized = model.scheme.table.detach().clone()
     model.scheme.resize_((4, 4), mode="extend")                          # back to 17 rows: first rows kept
     assert model.scheme.table.shape == (17, 32)
+    torch.testing.assert_close(model.scheme.table.detach(), resized[:17])
+    model.scheme.resize_((5, 5), mode="extend")                          # grown: the 17 rows, then zero rows
+    torch.testing.assert_close(model.scheme.table.detach()[:17], resized[:17])
+    assert model.scheme.table.shape == (26, 32) and not model.scheme.table.detach()[17:].any()
     with pytest.raises(ValueError, match="mode"):
         model.scheme.resize_((6, 6), mode="crop")
 
@@ -294,3 +320,29 @@ def test_digits_subset_keeps_the_split_and_the_first_images():
     for bad in (5, 2000, 1.5, True):
         with pytest.raises(ValueError, match="n must"):
             task.subset(bad)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_classes=0), "num_classes must be a positive int"),
+    (dict(num_classes=2.5), "num_classes must be a positive int"),
+    (dict(n_heads=0), "n_heads must be a positive int"),
+    (dict(d_model=0), "d_model must be a positive int"),
+    (dict(image_size=-8), "image_size must be a positive int"),
+    (dict(patch_size=0, stem="cnn"), "patch_size must be a positive int"),
+    (dict(dropout=1.0), "dropout must be a number in"),
+    (dict(d_ff=0), "d_ff must be a positive int or None"),
+])
+def test_build_vit_names_a_bad_size(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        tiny_vit("sincos2d", **kwargs)
+
+
+def test_a_vit_refuses_a_scheme_built_for_another_model_and_patchify_a_bad_patch():
+    scheme = V.VISION_SCHEMES["rope2d"](d_model=32, n_heads=4, n_layers=2, max_len=17, causal=False)
+    with pytest.raises(ValueError, match="scheme n_heads=4 but ViT n_heads=2"):
+        V.ViT(scheme, patch_size=2, num_classes=10, d_model=32, n_heads=2, n_layers=2)
+    for bad in (0, 2.0):
+        with pytest.raises(ValueError, match="patch_size must be a positive int"):
+            V.patchify(torch.randn(1, 1, 8, 8), bad)
+    with pytest.raises(ValueError, match="at least two rows and two columns"):
+        V.grid_similarity(torch.randn(4, 8), (1, 4))

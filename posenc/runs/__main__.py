@@ -15,6 +15,7 @@ resumes it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -100,6 +101,18 @@ def fit_report(profile: str) -> int:
     return 0
 
 
+def _rank_and_world(parser) -> tuple[int, int]:
+    """torchrun's RANK and WORLD_SIZE (0 and 1 without torchrun): this process takes runs rank, rank + world, ..."""
+    try:
+        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    except ValueError:
+        parser.error(f"RANK and WORLD_SIZE must be ints; got RANK={os.environ.get('RANK')!r}, "
+                     f"WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}")
+    if world < 1 or not 0 <= rank < world:
+        parser.error(f"need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE; got RANK={rank}, WORLD_SIZE={world}")
+    return rank, world
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posenc.runs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -124,8 +137,8 @@ def main(argv=None) -> int:
         parser.error(f"unknown chapters {unknown}; known: {', '.join(names())}")
     if args.workers is not None and args.workers < 1:
         parser.error(f"--workers must be >= 1; got {args.workers}")
-    if args.deadline is not None and args.deadline <= 0:
-        parser.error(f"--deadline must be > 0 seconds; got {args.deadline}")
+    if args.deadline is not None and not (math.isfinite(args.deadline) and args.deadline > 0):
+        parser.error(f"--deadline must be a finite number of seconds > 0; got {args.deadline}")
     if args.prune:
         return prune(args.profile)
     if args.fit:
@@ -136,7 +149,7 @@ def main(argv=None) -> int:
         parser.error(f"--tasks: {sorted(set(args.tasks) - known)} not among the tasks of these chapters' "
                      f"{args.profile} runs: {', '.join(sorted(t for t in known if t))}")
     todo = of_tasks(collect(chapters, args.profile), args.tasks)
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    rank, world = _rank_and_world(parser)
     todo = todo[rank::world]
     store = Store(args.profile)
     if args.dry_run:

@@ -37,6 +37,8 @@ def ensure(specs, profile: str = "ci", *, store: Store | None = None, load_only:
     if store is not None and not isinstance(store, Store):
         raise TypeError(f"store must be a posenc.runs.Store, e.g. Store({profile!r}, root=folder); "
                         f"got {type(store).__name__}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive int or None (one per core); got {workers!r}")
     store = store or Store(profile)
     specs = list(specs)
     todo = missing(specs, store=store)

@@ -98,6 +98,8 @@ class _TableScheme(Scheme):
         super().__init__(**kw)
         if overflow not in OVERFLOW:
             raise ValueError(f"overflow must be one of {OVERFLOW}; got {overflow!r}")
+        if isinstance(init_std, bool) or not isinstance(init_std, (int, float)) or not 0 < init_std < math.inf:
+            raise ValueError(f"init_std must be a finite number > 0; got {init_std!r}")
         self.overflow, self.init_std = overflow, init_std
         self.table = nn.Parameter(torch.randn(self.max_len, self.d_model) * init_std + self.init_mean)
 
@@ -161,6 +163,8 @@ class Sinusoidal(Scheme):
         super().__init__(**kw)
         if self.d_model % 2:
             raise ValueError(f"d_model must be even for a sinusoidal table; got {self.d_model}")
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < math.inf:
+            raise ValueError(f"base must be a finite number > 1; got {base!r}")
         self.base = base
         init = TOKEN_INIT_STD * math.sqrt(2)
         self.token_scale = math.sqrt(self.d_model) if scale == "vaswani" else 1.0
@@ -168,10 +172,10 @@ class Sinusoidal(Scheme):
             self.register_buffer("scale", torch.tensor(1.0), persistent=False)
         elif scale == "learned":
             self.scale = nn.Parameter(torch.tensor(init))
-        elif isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        elif isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale):
             self.register_buffer("scale", torch.tensor(float(scale)), persistent=False)
         else:
-            raise ValueError(f"scale must be 'learned', 'vaswani' or a number; got {scale!r}")
+            raise ValueError(f"scale must be 'learned', 'vaswani' or a finite number; got {scale!r}")
 
     def prepare(self, ctx: PositionContext) -> dict:
         low = (ctx.minmax() or (0, 0))[0]

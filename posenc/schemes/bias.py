@@ -34,8 +34,11 @@ from .alibi import alibi_slopes  # noqa: F401  (contract: `posenc.bias.alibi_slo
 def t5_bucket(relative_position: Tensor, bidirectional: bool = True, num_buckets: int = 32,
               max_distance: int = 128) -> Tensor:
     """T5's bucket id (long, same shape) of each relative_position = key_pos - query_pos (contract)."""
-    if not isinstance(relative_position, Tensor) or relative_position.is_floating_point() or relative_position.is_complex():
+    if not isinstance(relative_position, Tensor) or relative_position.is_floating_point() or relative_position.is_complex() \
+            or relative_position.dtype == torch.bool:
         raise TypeError("relative_position must be an integer tensor (key_pos - query_pos)")
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be True or False; got {bidirectional!r}")
     half = num_buckets // 2 if bidirectional else num_buckets                 # buckets per sign
     if not isinstance(num_buckets, int) or half < 2:
         raise ValueError(f"num_buckets must be an int >= {4 if bidirectional else 2}; got {num_buckets!r}")

@@ -53,6 +53,8 @@ def shared_frequencies(dim: int, base: float = 10000.0) -> Tensor:
     """w_k = base^{-2k/(2 dim)}, k < dim: the sinusoidal frequencies of a 2*dim real table."""
     if not isinstance(dim, int) or dim < 1:
         raise ValueError(f"dim must be a positive int; got {dim!r}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < math.inf:
+        raise ValueError(f"base must be a finite number > 1; got {base!r}")
     return base ** (-torch.arange(dim, dtype=torch.float64) / dim).float()           # (dim,)
 
 

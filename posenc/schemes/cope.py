@@ -95,15 +95,25 @@ def interpolate_logits(z: Tensor, positions: Tensor) -> Tensor:
     return z_ceil * w + z_floor * (1 - w)                                      # (.., Q, K)
 
 
+def _describe(value) -> str:
+    return f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+
+
 def cope_logits(q: Tensor, k: Tensor, table: Tensor, scale: float, gates: Tensor | None = None) -> Tensor:
     """The position term q_i . e(p_ij) * scale of eq. (6), [batch, heads, Q, K].
 
     q [B, H, Q, d], k [B, H, K, d]; table e [P, d] (shared by the heads) or [H, P, d];
     `gates` replaces eq. (3) when given ([.., Q, K], zero after the query).
     """
-    if table.dim() not in (2, 3) or table.shape[-1] != q.shape[-1]:
+    if table.dim() not in (2, 3) or table.shape[-1] != q.shape[-1] or table.shape[-2] < 1:
         d = q.shape[-1]
-        raise ValueError(f"table must be [npos, {d}] or [heads, npos, {d}]; got {tuple(table.shape)}")
+        raise ValueError(f"table must be [npos >= 1, {d}] or [heads, npos >= 1, {d}]; got {tuple(table.shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, Tensor)):
+        raise TypeError(f"scale must be a number (1/sqrt(d) in the model); got {scale!r}")
+    if gates is not None and (not isinstance(gates, Tensor) or gates.dim() < 2
+                              or tuple(gates.shape[-2:]) != (q.shape[-2], k.shape[-2])):
+        raise ValueError(f"gates must be a tensor [..., Q={q.shape[-2]}, K={k.shape[-2]}] (one gate per query and "
+                         f"key); got {_describe(gates)}")
     g = cope_gates(q, k, scale) if gates is None else gates
     p = contextual_positions(g.to(_wide(q)))                                   # (B, H, Q, K) eq. (4)
     z = (q @ table.to(q.dtype).transpose(-2, -1)).to(_wide(q))                 # (B, H, Q, P) z_i[p] = q_i . e[p]

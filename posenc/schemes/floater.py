@@ -21,6 +21,8 @@ Cost: the solve is sequential in t; at inference a trained FLOATER is cached onc
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -177,8 +179,10 @@ class Floater(Scheme):
     def __init__(self, *, delta: float = 0.1, hidden: int | None = None, method: str = "rk4",
                  adjoint: bool = False, dynamics: nn.Module | None = None, **kw):
         super().__init__(**kw)
-        if not delta > 0:
-            raise ValueError(f"delta must be > 0; got {delta!r}")
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < math.inf:
+            raise ValueError(f"delta must be a finite number > 0; got {delta!r}")
+        if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1):
+            raise ValueError(f"hidden must be a positive int or None (d_model); got {hidden!r}")
         self.delta, self.method, self.adjoint = delta, method, adjoint
         self.dynamics = dynamics if dynamics is not None else MLPDynamics(self.d_model, hidden or self.d_model)
         self.p0 = nn.Parameter(torch.randn(self.n_layers, self.d_model) * TOKEN_INIT_STD)  # (N, D)

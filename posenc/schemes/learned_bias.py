@@ -61,9 +61,22 @@ _EPS = 1e-2  # the paper's code: parameters kept this far from the ends of their
 
 
 # -- functional core ------------------------------------------------------------------
+def _check_positions(positions) -> Tensor:
+    """The public functions' `positions`: a 1-D real tensor of finite values (int8 or uint8 would wrap
+    when differenced, so integers are widened to int64 by `_distance`)."""
+    if not isinstance(positions, Tensor) or positions.dim() != 1:
+        raise ValueError(f"positions must be a 1-D tensor; got {_describe(positions)}")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise ValueError(f"positions must be real numbers; got {_describe(positions)}")
+    if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
+        raise ValueError("positions must be finite; got NaN or inf")
+    return positions
+
+
 def _distance(positions: Tensor) -> Tensor:
-    """|j - i| as float32 [T, T], differenced in float64 for float positions (exact below 2^24)."""
-    pos = positions.to(torch.float64) if positions.is_floating_point() else positions
+    """|j - i| as float32 [T, T], differenced in float64 for float positions (exact below 2^24) and in
+    int64 for integer ones (a narrow dtype would wrap: uint8 200 - 0 - 200 is 56)."""
+    pos = positions.to(torch.float64) if positions.is_floating_point() else positions.long()
     return (pos[None, :] - pos[:, None]).abs().float()
 
 
@@ -88,15 +101,14 @@ def kerple_bias(positions: Tensor, r1: Tensor, r2: Tensor, kernel: str = "log") 
         log:    -r1 log(1 + r2 |i - j|),    power:  -r1 |i - j|^r2   (r1, r2 > 0; r2 <= 2 for power).
     """
     _check_kernel(kernel)
-    if not isinstance(positions, Tensor) or positions.dim() != 1:
-        raise ValueError(f"positions must be a 1-D tensor; got {_describe(positions)}")
+    _check_positions(positions)
     r1, r2 = (torch.as_tensor(r, dtype=torch.float32, device=positions.device) for r in (r1, r2))
     if r1.dim() != 1 or r1.shape != r2.shape:
         raise ValueError(f"r1 and r2 must be 1-D tensors [heads] of one shape; "
                          f"got {tuple(r1.shape)} and {tuple(r2.shape)}")
-    if not bool((r1 > 0).all()):
-        raise ValueError("r1 must be positive")
-    if not bool((r2 > 0).all()) or (kernel == "power" and not bool((r2 <= 2).all())):
+    if not bool((r1 > 0).all()) or not bool(torch.isfinite(r1).all()):
+        raise ValueError("r1 must be positive and finite")
+    if not bool((r2 > 0).all()) or not bool(torch.isfinite(r2).all()) or (kernel == "power" and not bool((r2 <= 2).all())):
         raise ValueError(f"r2 must be in {'(0, 2]' if kernel == 'power' else '(0, inf)'} for the {kernel} kernel")
     return _kerple(_distance(positions), r1, r2, kernel)
 
@@ -118,14 +130,13 @@ def fire_bias(positions: Tensor, mlp, c, threshold) -> Tensor:
     nn.Linear(32, heads))`, or a `FireMLP`); c > 0 and threshold tau > 0 are floats or 0-d tensors.
     For j <= i this is the paper's f(psi(i - j) / psi(max(tau, i))).
     """
-    if not isinstance(positions, Tensor) or positions.dim() != 1:
-        raise ValueError(f"positions must be a 1-D tensor; got {_describe(positions)}")
+    _check_positions(positions)
     if not callable(mlp):
         raise TypeError(f"mlp must be callable ([..., 1] -> [..., heads]); got {type(mlp).__name__}")
     c, threshold = (torch.as_tensor(v, dtype=torch.float32, device=positions.device) for v in (c, threshold))
     for arg, value in (("c", c), ("threshold", threshold)):
-        if value.dim() != 0 or not bool(value > 0):
-            raise ValueError(f"{arg} must be a positive number; got {value.tolist()!r}")
+        if value.dim() != 0 or not bool(value > 0) or not bool(torch.isfinite(value)):
+            raise ValueError(f"{arg} must be a positive finite number; got {value.tolist()!r}")
     return _fire(_distance(positions), _span(positions), mlp, c, threshold)
 
 

@@ -18,6 +18,8 @@ indexed by the opposite sign, i - j, as in the paper.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -109,8 +111,11 @@ class Shaw(Scheme):
 
     def __init__(self, *, max_distance: int = 16, keys: bool = True, values: bool = True, **kw):
         super().__init__(**kw)
-        if not isinstance(max_distance, int) or max_distance < 0:
+        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 0:
             raise ValueError(f"max_distance must be a non-negative int; got {max_distance!r}")
+        for arg, value in (("keys", keys), ("values", values)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{arg} must be True or False; got {value!r}")
         self.max_distance, self.keys, self.values = max_distance, keys, values
         self.uses_extra_values = values
         n = 2 * max_distance + 1
@@ -150,6 +155,10 @@ class TransformerXL(Scheme):
 
     def __init__(self, *, untie_uv: bool = False, base: float = 10000.0, **kw):
         super().__init__(**kw)
+        if not isinstance(untie_uv, bool):
+            raise TypeError(f"untie_uv must be True or False; got {untie_uv!r}")
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < math.inf:
+            raise ValueError(f"base must be a finite number > 1; got {base!r}")
         self.base = base
         self.w_r = nn.ModuleList(nn.Linear(self.d_model, self.d_model, bias=False) for _ in range(self.n_layers))
         n_uv = self.n_layers if untie_uv else 1

@@ -66,10 +66,13 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
         raise ValueError(f"rope_type must be one of {ROPE_TYPES}; got {rope_type!r}")
     if not isinstance(dim, int) or isinstance(dim, bool) or dim < 2:
         raise ValueError(f"dim must be an int >= 2; got {dim!r}")
-    if not (isinstance(base, (int, float)) and base > 1):
-        raise ValueError(f"base must be a number > 1; got {base!r}")
-    if not 0 < partial_rotary_factor <= 1:
-        raise ValueError(f"partial_rotary_factor must be in (0, 1]; got {partial_rotary_factor!r}")
+    if isinstance(base, bool) or not (isinstance(base, (int, float)) and 1 < base < math.inf):
+        raise ValueError(f"base must be a finite number > 1; got {base!r}")
+    if isinstance(partial_rotary_factor, bool) or not isinstance(partial_rotary_factor, (int, float)) \
+            or not 0 < partial_rotary_factor <= 1:
+        raise ValueError(f"partial_rotary_factor must be a number in (0, 1]; got {partial_rotary_factor!r}")
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
+        raise ValueError(f"seq_len must be a positive int or None; got {seq_len!r}")
     unknown = sorted(set(params) - PARAMS[rope_type])
     if unknown:
         raise ValueError(f"unknown parameters {unknown} for rope_type={rope_type!r}; "
@@ -80,6 +83,7 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
     rot = int(dim * partial_rotary_factor)
     if rot < 2 or rot % 2:
         raise ValueError(f"dim * partial_rotary_factor must be an even int >= 2; got {dim} * {partial_rotary_factor}")
+    _check_params(params, rot)
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}")
     if rope_type == "default":
@@ -93,6 +97,40 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
     if rope_type == "yarn":
         return _yarn(rot, base, max_position_embeddings, dtype, **params)
     return _longrope(rot, base, max_position_embeddings, seq_len, dtype, **params)
+
+
+#: numeric parameters and the least value each may take (> for positive ones, >= for mscale's)
+POSITIVE = ("factor", "low_freq_factor", "high_freq_factor", "attention_factor", "beta_fast", "beta_slow")
+NON_NEGATIVE = ("mscale", "mscale_all_dim")
+
+
+def _check_params(params: dict, rot: int) -> None:
+    """Each given parameter is a finite number of its sign, an int context, or a list of per-pair factors;
+    a bad one raises an error naming it (a factor of 0 would make every frequency inf, silently)."""
+    for name, v in params.items():
+        if v is None:
+            continue
+        if name in POSITIVE + NON_NEGATIVE:
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+            if not ok or (v <= 0 if name in POSITIVE else v < 0):
+                raise ValueError(f"{name} must be a finite number {'> 0' if name in POSITIVE else '>= 0'}; got {v!r}")
+        elif name == "original_max_position_embeddings":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+                raise ValueError(f"original_max_position_embeddings must be an int >= 2 (the trained context L); "
+                                 f"got {v!r}")
+        elif name == "truncate":
+            if not isinstance(v, bool):
+                raise TypeError(f"truncate must be True or False; got {v!r}")
+        elif name in ("short_factor", "long_factor"):
+            vals = list(v) if isinstance(v, (list, tuple, Tensor)) else None
+            if vals is None or len(vals) != rot // 2 or not all(
+                    not isinstance(x, bool) and math.isfinite(float(x)) and float(x) > 0 for x in vals):
+                raise ValueError(f"short_factor and long_factor must each be dim/2 = {rot // 2} positive finite numbers "
+                                 f"(one per rotated pair); {name} is {v!r}")
+    lo, hi = params.get("low_freq_factor"), params.get("high_freq_factor")
+    if lo is not None and hi is not None and not hi > lo:
+        raise ValueError(f"high_freq_factor must be > low_freq_factor (the ramp divides by their difference); "
+                         f"got high_freq_factor={hi!r}, low_freq_factor={lo!r}")
 
 
 def _need(max_position_embeddings, rope_type):

@@ -87,6 +87,9 @@ def grid_similarity(table: Tensor, grid) -> dict:
         row_column_excess = mean cos(same row or column, not itself) - mean cos(different row and column).
     """
     h, w = check_grid("grid", grid)
+    if h < 2 or w < 2:
+        raise ValueError(f"grid must have at least two rows and two columns (else no pair of patches differs in both, "
+                         f"and the row/column excess is undefined); got {grid!r}")
     if table.dim() != 2 or table.shape[0] != h * w:
         raise ValueError(f"table must be [h*w={h * w}, d]; got {tuple(table.shape)}")
     t = F.normalize(table.detach().float().cpu(), dim=-1)
@@ -135,6 +138,8 @@ def check_image_size(images: Tensor, patch_size: int) -> tuple[int, int]:
     if not isinstance(images, Tensor) or images.dim() != 4:
         got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise ValueError(f"images must be a tensor [batch, channels, height, width]; got {got}")
+    if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size < 1:
+        raise ValueError(f"patch_size must be a positive int; got {patch_size!r}")
     if not images.is_floating_point():
         raise TypeError(f"images must be a float tensor; got {images.dtype}")
     if not values_checked_on_host() and not torch.isfinite(images).all():   # a wait on a GPU: see posenc.host
@@ -319,6 +324,20 @@ class ViT(nn.Module):
         super().__init__()
         if stem not in ("patch", "cnn"):
             raise ValueError(f"stem must be 'patch' or 'cnn'; got {stem!r}")
+        if not isinstance(scheme, Scheme):
+            raise TypeError(f"scheme must be a posenc Scheme; got {type(scheme).__name__}")
+        differ = {k: (getattr(scheme, k), v) for k, v in (("d_model", d_model), ("n_heads", n_heads),
+                                                           ("n_layers", n_layers)) if getattr(scheme, k) != v}
+        if differ:
+            raise ValueError("the scheme was built for another model: " + ", ".join(
+                f"scheme {k}={a!r} but ViT {k}={b!r}" for k, (a, b) in differ.items()))
+        for arg, value in (("patch_size", patch_size), ("num_classes", num_classes), ("in_channels", in_channels)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{arg} must be a positive int; got {value!r}")
+        if d_ff is not None and (isinstance(d_ff, bool) or not isinstance(d_ff, int) or d_ff < 1):
+            raise ValueError(f"d_ff must be a positive int or None (4 d_model); got {d_ff!r}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
         self.scheme = scheme
         self.stem = (PatchEmbed if stem == "patch" else CNNStem)(in_channels, d_model, patch_size)
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model))
@@ -359,7 +378,11 @@ def build_vit(scheme: str, *, image_size: int, patch_size: int, num_classes: int
               dropout: float = 0.0, stem: str = "patch", **scheme_kwargs) -> ViT:
     """A `ViT` for square `image_size` images using the vision scheme called `scheme`."""
     cls = _check_vision_scheme(scheme)
-    if not isinstance(image_size, int) or not isinstance(patch_size, int) or patch_size < 1 or image_size % patch_size:
+    for arg, value in (("image_size", image_size), ("patch_size", patch_size), ("num_classes", num_classes),
+                       ("in_channels", in_channels)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{arg} must be a positive int; got {value!r}")
+    if image_size % patch_size:
         raise ValueError(f"image_size={image_size!r} must be divisible by patch_size={patch_size!r}")
     if scheme == "learned":
         scheme_kwargs.setdefault("grid", (image_size // patch_size,) * 2)
