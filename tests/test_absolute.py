@@ -53,11 +53,19 @@ def test_dot_product_depends_only_on_offset_and_is_symmetric():
 
 
 def test_wavelengths_are_geometric_from_2pi_to_base_2pi():
-    w = 10000 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+    """Pair i of the table turns at w_i = base^(-2i/d): wavelengths 2 pi / w_i run geometrically from 2 pi
+    (pair 0) towards 2 pi base, by a factor base^(2/d) per pair. Read off the implementation: pair i's
+    angle at position 1 is w_i itself, and its sine and cosine columns come back to their start after
+    one wavelength."""
+    from posenc.absolute import sinusoidal_angles
+    w = sinusoidal_angles(torch.tensor([1.0]), 64)[0]                     # angle per unit position
     lam = 2 * math.pi / w
     ratios = lam[1:] / lam[:-1]
     torch.testing.assert_close(ratios, torch.full_like(ratios, 10000 ** (2 / 64)))
-    assert lam[0] == pytest.approx(2 * math.pi) and lam[-1] < 2 * math.pi * 10000 and lam[-1] > 2 * math.pi * 7000
+    assert lam[0] == pytest.approx(2 * math.pi) and 2 * math.pi * 7000 < lam[-1] < 2 * math.pi * 10000
+    for i in (0, 5, 11):                                                  # one full turn later: the same row values
+        pe = sinusoidal_at(torch.tensor([3.0, 3.0 + float(lam[i])]), 64)
+        torch.testing.assert_close(pe[1, 2 * i:2 * i + 2], pe[0, 2 * i:2 * i + 2], rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("dim", [7, 0, 3.0])
@@ -142,9 +150,12 @@ def test_extend_learned_table(init):
     model(torch.randint(0, 23, (2, 20)))                                     # no longer an error
     if init == "copy":
         torch.testing.assert_close(new[8:16], old)
-    if init == "interpolate":
-        torch.testing.assert_close(new[0], old[0])
-        torch.testing.assert_close(new[-1], old[-1])
+    if init == "interpolate":                   # row p sits at old position t = p (L - 1) / (n - 1), linearly
+        t = torch.arange(20, dtype=torch.float64) * 7 / 19
+        lo, frac = t.floor().long(), (t - t.floor()).float()[:, None]
+        hi = (lo + 1).clamp(max=7)
+        torch.testing.assert_close(new.detach(), (1 - frac) * old[lo] + frac * old[hi])
+        assert 0.2 < float(frac[1]) < 0.8                  # a row between two old rows, not on one
     else:
         torch.testing.assert_close(new[:8], old)
 
@@ -171,18 +182,26 @@ def test_extend_rejects_bad_arguments():
 def test_multiplicative_logits_are_one_position_modulated_bilinear_form():
     """(x_i*m_i) W (x_j*m_j)^T = x_i diag(m_i) W diag(m_j) x_j^T: no position-only term.
 
-    With the content x = 0, the additive logits keep the p-p term, the multiplicative ones vanish."""
+    Through the schemes' own embeddings: with the content x = 0, the additive (learned) scheme's logits
+    keep the p-p term, the multiplicative ones vanish."""
+    torch.manual_seed(0)
     d, n = 16, 5
-    x, p, w = torch.randn(n, d), torch.randn(n, d), torch.randn(d, d)
-    mul = (x * p) @ w @ (x * p).T
-    direct = torch.stack([torch.stack([x[i] @ torch.diag(p[i]) @ w @ torch.diag(p[j]) @ x[j] for j in range(n)])
-                          for i in range(n)])
-    torch.testing.assert_close(mul, direct, rtol=1e-4, atol=1e-4)
-    add = (x + p) @ w @ (x + p).T
-    four = x @ w @ x.T + x @ w @ p.T + p @ w @ x.T + p @ w @ p.T
-    torch.testing.assert_close(add, four, rtol=1e-4, atol=1e-4)
-    zero = torch.zeros(n, d)
-    assert ((zero * p) @ w @ (zero * p).T).abs().max() == 0 and ((zero + p) @ w @ (zero + p).T).abs().max() > 0
+    x, w = torch.randn(1, n, d), torch.randn(d, d)
+    ctx = posenc.PositionContext(torch.arange(n), True, start=0)
+    mul, add = (small_model(s, d_model=d, n_heads=2).scheme for s in ("multiplicative", "learned"))
+    m, p = mul.rows(ctx).detach(), add.rows(ctx).detach()
+    with torch.no_grad():
+        e_mul, e_add = mul.embed(x, ctx)[0], add.embed(x, ctx)[0]
+        direct = torch.stack([torch.stack([x[0, i] @ torch.diag(m[i]) @ w @ torch.diag(m[j]) @ x[0, j]
+                                           for j in range(n)]) for i in range(n)])
+        torch.testing.assert_close(e_mul @ w @ e_mul.T, direct, rtol=1e-4, atol=1e-4)
+        xx = x[0]
+        four = xx @ w @ xx.T + xx @ w @ p.T + p @ w @ xx.T + p @ w @ p.T
+        torch.testing.assert_close(e_add @ w @ e_add.T, four, rtol=1e-4, atol=1e-4)
+        zero = torch.zeros(1, n, d)
+        assert mul.embed(zero, ctx).abs().max() == 0                      # no position-only logit
+        torch.testing.assert_close(add.embed(zero, ctx)[0], p)            # the p-p term survives
+        assert (p @ w @ p.T).abs().max() > 0
 
 
 def test_consecutive_positions_read_the_table_as_a_slice_with_the_same_values_and_gradients():

@@ -135,6 +135,20 @@ def test_real_score_is_the_real_dot_product_of_2x_views():
     assert torch.allclose(attn.weights(q, k), expected, atol=1e-5)
 
 
+def test_modulus_score_is_the_modulus_of_the_hermitian_product_over_sqrt_dh():
+    """softmax(|q k^H| / sqrt(d_h)): with the conjugate the phases of q and k subtract, so a common phase
+    on both leaves the score; without it (the authors' released code, not implemented) they add."""
+    torch.manual_seed(0)
+    attn = ComplexAttention(8, 2, score="modulus")
+    q, k = torch.randn(2, 2, 5, 4, dtype=torch.cfloat), torch.randn(2, 2, 5, 4, dtype=torch.cfloat)
+    expected = ((q @ k.conj().transpose(-1, -2)).abs() / 2).softmax(-1)          # sqrt(d_h) = sqrt(4)
+    assert torch.allclose(attn.weights(q, k), expected, atol=1e-6)
+    no_conj = ((q @ k.transpose(-1, -2)).abs() / 2).softmax(-1)
+    assert not torch.allclose(attn.weights(q, k), no_conj, atol=1e-3)
+    rot = torch.polar(torch.tensor(1.0), torch.tensor(0.9))                      # one phase for every entry
+    assert torch.allclose(attn.weights(q * rot, k * rot), attn.weights(q, k), atol=1e-5)
+
+
 def test_modulus_attention_commutes_with_a_global_phase():
     attn = ComplexAttention(8, 2, score="modulus")
     z, phase = torch.randn(2, 6, 8, dtype=torch.cfloat), torch.polar(torch.tensor(1.0), torch.tensor(0.7))

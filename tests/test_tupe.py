@@ -97,6 +97,14 @@ def test_four_terms_sum_to_the_tied_logits():
     x, p, wq, wk = torch.randn(6, 16), torch.randn(6, 16), torch.randn(16, 4), torch.randn(16, 4)
     terms = four_terms(x, p, wq, wk, 0.5)
     torch.testing.assert_close(sum(terms.values()), ((x + p) @ wq) @ ((x + p) @ wk).T * 0.5)
+    # each term by name: the query's source first, the key's second (paper Eq. 6)
+    for name, (a, b) in {"word-word": (x, x), "word-position": (x, p), "position-word": (p, x),
+                         "position-position": (p, p)}.items():
+        torch.testing.assert_close(terms[name], (a @ wq) @ (b @ wk).T * 0.5)
+    assert not torch.allclose(terms["word-position"], terms["position-word"])
+    no_words = four_terms(torch.zeros_like(x), p, wq, wk, 0.5)               # only the position-only term is left
+    assert all(not no_words[n].any() for n in ("word-word", "word-position", "position-word"))
+    assert no_words["position-position"].abs().max() > 0
 
 
 def test_tupe_r_adds_the_t5_bias():
@@ -197,6 +205,12 @@ def test_bert_first_layer_terms_sum_to_the_first_layer_logits():
     q, k, _ = model.blocks[0].attn.qkv(x).detach().split(32, -1)
     want = q[:, 8:16] @ k[:, 8:16].T / math.sqrt(8)                             # head 1 of 4, d_h = 8
     torch.testing.assert_close(sum(terms.values()), want)
+    qw, kw = model.blocks[0].attn.qkv(model.tok(ids)).detach().split(32, -1)[:2]       # words alone
+    qp, kp = model.blocks[0].attn.qkv(model.scheme.table[1:11]).detach().split(32, -1)[:2]   # positions alone
+    h = slice(8, 16)
+    torch.testing.assert_close(terms["word-position"], qw[:, h] @ kp[:, h].T / math.sqrt(8))
+    torch.testing.assert_close(terms["position-word"], qp[:, h] @ kw[:, h].T / math.sqrt(8))
+    torch.testing.assert_close(terms["position-position"], qp[:, h] @ kp[:, h].T / math.sqrt(8))
     with pytest.raises(ValueError, match="head"):
         bert_first_layer_terms(model, ids, head=4)
     with pytest.raises(ValueError, match="learned"):
