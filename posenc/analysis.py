@@ -22,11 +22,12 @@ def mean(values) -> float:
     return sum(values) / len(values)
 
 
-def finite_values(values, name: str = "values") -> list[float]:
+def effect_values(values, name: str = "values") -> list[float]:
     """`values` (a sequence of numbers, or a {seed: number} dict, whose values are taken) as floats.
 
-    A string, a non-number or a NaN/inf raises an error naming `name`: an effect per seed with a
-    NaN in it has no mean, and a dict iterated by its keys would judge the seed numbers.
+    A string, a non-number or a NaN raises an error naming `name`: an effect per seed with a NaN in
+    it has no mean, and a dict iterated by its keys would judge the seed numbers. An infinity is a
+    value (e.g. the steps to a loss a seed never reaches, as a fraction: inf), and is kept.
     """
     if isinstance(values, dict):
         values = list(values.values())
@@ -40,9 +41,11 @@ def finite_values(values, name: str = "values") -> list[float]:
             f = float(v)
         except (TypeError, ValueError):
             raise TypeError(f"{name} must hold numbers; got {v!r}") from None
-        if not math.isfinite(f):
-            raise ValueError(f"{name} must be finite; got {v!r} among {len(out) + 1}+ values")
+        if math.isnan(f):
+            raise ValueError(f"{name} must not hold NaN (no mean); got NaN as value {len(out) + 1}")
         out.append(f)
+    if math.inf in out and -math.inf in out:
+        raise ValueError(f"{name} hold both inf and -inf: their mean is undefined")
     return out
 
 
@@ -82,7 +85,7 @@ def bootstrap_ci(values, *, level: float = 0.95, n_boot: int = 2000, seed: int =
     than its level says (three seeds: nearly their range, which holds the true mean about 75% of
     the time; `bootstrap_coverage`). Deterministic given `seed`.
     """
-    values = finite_values(values)
+    values = effect_values(values)
     if not values:
         raise ValueError("bootstrap_ci needs at least one value")
     _check_level(level)
@@ -248,7 +251,7 @@ def verdict(values, band: Band, *, level: float = 0.95, min_seeds: int = 3) -> d
         raise TypeError(f"band must be a posenc.analysis.Band; got {band!r}")
     if isinstance(min_seeds, bool) or not isinstance(min_seeds, int) or min_seeds < 1:
         raise ValueError(f"min_seeds must be a positive int; got {min_seeds!r}")
-    values = finite_values(values)
+    values = effect_values(values)
     lo, hi = bootstrap_ci(values, level=level)
     if len(values) < min_seeds:
         word = "not resolved"

@@ -68,10 +68,15 @@ def test_verdict_reads_a_dict_by_its_values_and_refuses_what_has_no_mean():
     by_seed = {0: -9.0, 1: -9.0, 2: -9.0}                          # the keys (0, 1, 2) would sit in the band
     assert verdict(by_seed, band)["verdict"] == verdict(list(by_seed.values()), band)["verdict"] == "contradicted"
     assert bootstrap_ci({10: 1.0, 11: 1.0, 12: 1.0}) == (1.0, 1.0)
-    with pytest.raises(ValueError, match="values must be finite"):
+    with pytest.raises(ValueError, match="values must not hold NaN"):
         verdict([math.nan, 0.5, 0.5, 0.5], Band(0.1, None))
-    with pytest.raises(ValueError, match="values must be finite"):
-        bootstrap_ci([1.0, math.inf, 3.0])
+    with pytest.raises(ValueError, match="values must not hold NaN"):
+        bootstrap_ci({0: 1.0, 1: math.nan, 2: 3.0})
+    with pytest.raises(ValueError, match="both inf and -inf"):
+        bootstrap_ci([math.inf, 1.0, -math.inf])
+    # a seed that never reaches the target has an infinite step fraction: kept, and it widens the interval
+    never = verdict([0.3, 0.35, math.inf], Band(0.2, 0.45, null=1.0))
+    assert never["interval"][1] == math.inf and never["verdict"] == "not resolved"
     with pytest.raises(TypeError, match="values must be a sequence"):
         verdict("123", Band(0.1, None))
     with pytest.raises(TypeError, match="band must be"):
