@@ -115,11 +115,7 @@ class Transformer(nn.Module):
         super().__init__()
         if not isinstance(scheme, Scheme):
             raise TypeError(f"scheme must be a posenc Scheme (posenc.SCHEMES[name](...)); got {type(scheme).__name__}")
-        wanted = {"d_model": d_model, "n_heads": n_heads, "n_layers": n_layers, "causal": causal}
-        differ = {k: (getattr(scheme, k), v) for k, v in wanted.items() if getattr(scheme, k) != v}
-        if differ:   # e.g. a RoPE built for 4-dim heads would rotate only part of 8-dim ones, silently
-            raise ValueError("the scheme was built for another model: " + ", ".join(
-                f"scheme {k}={a!r} but model {k}={b!r}" for k, (a, b) in differ.items()))
+        scheme.check_fits("model", d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal)
         self.scheme, self.vocab_size, self.causal = scheme, vocab_size, causal
         self.tok = nn.Embedding(vocab_size, d_model)
         self.cls = nn.Parameter(torch.zeros(1, 1, d_model)) if cls_token else None

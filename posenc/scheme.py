@@ -166,6 +166,14 @@ class Scheme(nn.Module):
         self.max_len, self.causal = max_len, causal
         self.head_dim = d_model // n_heads
 
+    def check_fits(self, owner: str, **sizes) -> None:
+        """Raise a ValueError naming each of `sizes` (d_model=..., n_heads=...) this scheme was not built for:
+        a RoPE built for 4-dim heads would rotate half of an 8-dim head, silently."""
+        differ = {k: (getattr(self, k), v) for k, v in sizes.items() if getattr(self, k) != v}
+        if differ:
+            raise ValueError("the scheme was built for another model: " + ", ".join(
+                f"scheme {k}={a!r} but {owner} {k}={b!r}" for k, (a, b) in differ.items()))
+
     # -- once per forward ------------------------------------------------------
     def prepare(self, ctx: PositionContext) -> dict:
         """Tables shared by all layers of this forward pass."""

@@ -326,11 +326,7 @@ class ViT(nn.Module):
             raise ValueError(f"stem must be 'patch' or 'cnn'; got {stem!r}")
         if not isinstance(scheme, Scheme):
             raise TypeError(f"scheme must be a posenc Scheme; got {type(scheme).__name__}")
-        differ = {k: (getattr(scheme, k), v) for k, v in (("d_model", d_model), ("n_heads", n_heads),
-                                                           ("n_layers", n_layers)) if getattr(scheme, k) != v}
-        if differ:
-            raise ValueError("the scheme was built for another model: " + ", ".join(
-                f"scheme {k}={a!r} but ViT {k}={b!r}" for k, (a, b) in differ.items()))
+        scheme.check_fits("ViT", d_model=d_model, n_heads=n_heads, n_layers=n_layers)
         for arg, value in (("patch_size", patch_size), ("num_classes", num_classes), ("in_channels", in_channels)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{arg} must be a positive int; got {value!r}")
