@@ -2,12 +2,16 @@
 # The prepared job for a lent GPU window (see the README, "Runs as data"):
 #
 #   before:      bash scripts/device_wheels.sh          (here: x-transformers and rotary-embedding-torch as wheels in .whl/)
+#                bash scripts/device_tree.sh aside      (the store's weights set aside: the tree that travels must stay
+#                                                        under 64 MiB, and the runner reads records, not weights)
 #   call 1:      bash scripts/gpu_window.sh             (timeout_s 600, carry [".whl"]; DEADLINE=480 WORKERS=10 by default)
-#   back here:   tar xzf <files_at>/full_store.tgz && git add results/full && git commit
+#   back here:   cat <files_at>/store.tgz.* | tar xzf -   (the runs this call finished, in parts of under 16 MiB)
 #                [ -f <files_at>/cuda.json ] && cp <files_at>/cuda.json results/bench/cuda.json
 #   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 2 minutes
 #   of the session's device time are left (status: budget_left_s), with timeout_s = that time - 20:
 #                STACK=<call 1's answer> DEADLINE=<that time - 80> bash scripts/gpu_window.sh   (carry [".whl"] again)
+#                Unpack call 1's parts first: each call replaces the machine's store with this tree's.
+#   at the end:  bash scripts/device_tree.sh back && git add results/full && git commit
 #
 # First a 20-second probe (`python -m posenc.bench --only stacking`): three seeds trained one by one
 # against the same three as one stacked model (torch.func.vmap). The runner then stacks seeds
@@ -15,14 +19,16 @@
 # (within 2%: bf16 rounding); STACK=1 or STACK=0 skips the probe and decides. The runner takes
 # the missing `full` runs of every chapter in priority order, stores each the moment it ends, and
 # stops cleanly at the deadline (a run in flight is abandoned and the next window resumes it).
-# The store comes back through $OUT as one archive, with the runner's log, the probe, and the
+# What comes back through $OUT: the runs finished in this call (the store's new files, each run's weights
+# before its record) as one archive split into parts of PART bytes (scripts/pack_new.sh: the device tool
+# brings back files of at most 16 MiB, 8 files, 64 MiB in all), the runner's log with the probe's table, and the
 # dry-run before and after with the cost model refitted to this window (dry_run.txt).
 # If the whole tier is done before the deadline, the time left to the call's budget goes to the
 # CUDA cost table (scripts/gpu_costs.sh: cuda.json, bench.log), after the store is packed.
 # Budget of one device call (600 s): probe <= 45 s, runner 480 s, then about 20 s to list, refit
 # and pack the store. Keep DEADLINE so that the whole script ends before the call's limit: the
 # archive is made before anything optional (the cost table ends by BUDGET, DEADLINE + 60 s from the
-# start), and $OUT holds at most 7 files (the tool brings back 8).
+# start). $OUT holds at most 8 files: 2 logs, 4 parts (62.5 MiB), and the cost table's 2.
 # Rehearsal without a GPU (tests/test_gpu_window.py runs it in a throwaway copy of the repository):
 #   DEVICE=cpu CHAPTERS=01_learned STACK=0 DEADLINE=20 bash scripts/gpu_window.sh
 # DEVICE goes to the runner's --device (default auto: the GPU), CHAPTERS to its --chapters (default all).
@@ -32,6 +38,8 @@ START=$(date +%s)
 BUDGET=${BUDGET:-$(( ${DEADLINE:-480} + 60 ))}   # seconds this script may take in all
 OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
+BEFORE=$(mktemp)                                  # the store as it came: only what this call adds goes back
+find results/full -type f | sort > "$BEFORE"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 SELECT=${CHAPTERS:+--chapters $CHAPTERS}
 SITE=${SITE:-/tmp/posenc-site}
@@ -45,22 +53,27 @@ fi
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
 { echo "== before"; python3 -m posenc.runs --profile full $SELECT --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
 if [ -z "${STACK:-}" ]; then
-    timeout 45 python3 -m posenc.bench --only stacking --rounds 3 --save "$OUT/stacking.json" 2>&1 | tee "$OUT/stacking.log"
+    PROBE=$(mktemp)
+    timeout 45 python3 -m posenc.bench --only stacking --rounds 3 --save "$PROBE" 2>&1 | tee "$OUT/runner.log"
     STACK=$(python3 -c "
-import json, statistics, sys
+import json, math, statistics, sys
 try:
-    rows = json.load(open('$OUT/stacking.json'))['sections']['stacking']['rows']
-    print(int(statistics.median(r['speedup'] for r in rows) >= 1.2 and max(r['loss_gap'] for r in rows) < 0.02))
+    rows = json.load(open('$PROBE'))['sections']['stacking']['rows']
+    speedup, gap = statistics.median(r['speedup'] for r in rows), max(r['loss_gap'] for r in rows)
+    ok = speedup >= 1.2 and gap < 0.02
+    print(int(ok))
+    print(f'stacking probe: median speedup {speedup:.2f}x, largest loss gap {gap:.3g}', '' if ok else
+          '(no loss gap: a final loss is NaN)' if math.isnan(gap) else '(below 1.2x or over 2%)', file=sys.stderr)
 except Exception as err:
-    print(0); print('no stacking probe:', err, file=sys.stderr)")
+    print(0); print('no stacking probe:', err, file=sys.stderr)" 2>> "$OUT/runner.log")
 fi
-echo "stack seeds: $STACK" | tee -a "$OUT/stacking.log"
+echo "stack seeds: $STACK" | tee -a "$OUT/runner.log"
 FLAGS=$([ "$STACK" = 1 ] && echo --stack-seeds)
 python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "${DEADLINE:-480}" \
-    --workers "${WORKERS:-10}" $FLAGS 2>&1 | tee "$OUT/runner.log"
+    --workers "${WORKERS:-10}" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
 { echo "== after"; python3 -m posenc.runs --profile full $SELECT --dry-run
   echo "== the cost model refitted to this window"; python3 -m posenc.runs --profile full --fit; } >> "$OUT/dry_run.txt" 2>&1
-tar czf "$OUT/full_store.tgz" results/full
+bash scripts/pack_new.sh "$BEFORE" "$OUT"                 # the runs this call finished, in parts
 LEFT=$(( BUDGET - ($(date +%s) - START) ))
 if grep -q "^cuda: 0 runs missing" "$OUT/dry_run.txt" && [ "$LEFT" -gt 90 ]; then
     echo "the full tier is done, $LEFT s left: the CUDA cost table"

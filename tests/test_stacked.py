@@ -326,6 +326,7 @@ def test_the_stacking_benchmark_times_both_ways_and_finds_the_same_losses():
     assert row["single_s"] > 0 and row["stacked_s"] > 0 and row["speedup"] == row["single_s"] / row["stacked_s"]
     assert row["seed_steps_per_s_single"] == pytest.approx(3 * 3 / row["single_s"])
     assert row["loss_gap"] < 1e-5                                  # fp32 on the CPU: rounding only
+    assert abs(row["loss_stacked"] / row["loss_single"] - 1) <= row["loss_gap"] + 1e-12   # the means within the gap
     with pytest.raises(ValueError, match="seeds must be an int >= 2"):
         stacking_costs(seeds=1)
 

@@ -24,7 +24,8 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
     """One row per scheme: wall seconds of `seeds` causal LMs trained `steps` steps on the corpus one by one
     (`single_s`) and stacked (`stacked_s`), `speedup` = single_s / stacked_s (best of `rounds`, interleaved),
     the seed-steps per second of each, and `loss_gap`: the largest |stacked / alone - 1| of a seed's final
-    training loss (rounding only, if stacking is right on this device)."""
+    training loss (rounding only, if stacking is right on this device), with `loss_single` and `loss_stacked` the
+    seeds' mean final losses (a NaN gap says which side diverged or failed)."""
     if not (isinstance(seeds, int) and seeds >= 2):
         raise ValueError(f"seeds must be an int >= 2 (stacking one seed is training it); got {seeds!r}")
     if not (isinstance(steps, int) and steps >= 1):
@@ -46,7 +47,9 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
                                   rounds=rounds, clock=clock, device=device)
         single, stacked = min(times["single"]), min(times["stacked"])
         gap = max(abs(b.final_loss / a.final_loss - 1) for a, b in zip(last["single"], last["stacked"]))
+        mean_loss = {k: sum(r.final_loss for r in v) / seeds for k, v in last.items()}
         rows.append({"scheme": scheme, "seeds": seeds, "steps": steps, "single_s": single, "stacked_s": stacked,
                      "speedup": single / stacked, "seed_steps_per_s_single": seeds * steps / single,
-                     "seed_steps_per_s_stacked": seeds * steps / stacked, "loss_gap": gap})
+                     "seed_steps_per_s_stacked": seeds * steps / stacked, "loss_gap": gap,
+                     "loss_single": mean_loss["single"], "loss_stacked": mean_loss["stacked"]})
     return rows
