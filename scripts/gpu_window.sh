@@ -32,6 +32,9 @@
 # Rehearsal without a GPU (tests/test_gpu_window.py runs it in a throwaway copy of the repository):
 #   DEVICE=cpu CHAPTERS=01_learned STACK=0 DEADLINE=20 bash scripts/gpu_window.sh
 # DEVICE goes to the runner's --device (default auto: the GPU), CHAPTERS to its --chapters (default all).
+# WORKERS: processes sharing the GPU. The 2026-12-04 window measured 178.6 training steps/s in all with 10 (one
+# process alone steps the same size of model 85 times a second: ten only double it), so fewer may do as well; a
+# second call with WORKERS=5 compares, on the runner's last line ("steps/s in all").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)

@@ -159,3 +159,6 @@ def test_the_weights_set_aside_for_a_device_call_come_back_byte_for_byte(tmp_pat
     assert run("back").returncode == 0
     assert all((copy / w.relative_to(ROOT)).read_bytes() == w.read_bytes() for w in weights)
     assert not (copy / ".weights-aside").exists()
+    if (ROOT / ".git").exists():                                # aside, they neither travel nor get committed
+        ignored = subprocess.run(["git", "check-ignore", "-q", ".weights-aside/results/full/runs/0.pt"], cwd=ROOT)
+        assert ignored.returncode == 0, ".weights-aside/ must be in .gitignore"
