@@ -4,41 +4,41 @@
 #   before:      bash scripts/device_wheels.sh          (here: x-transformers and rotary-embedding-torch as wheels in .whl/)
 #                bash scripts/device_tree.sh aside      (the store's weights set aside: the tree that travels must stay
 #                                                        under 64 MiB, and the runner reads records, not weights)
-#   call 1:      bash scripts/gpu_window.sh             (timeout_s 600, carry [".whl"]; DEADLINE=480 WORKERS=10 by default)
+#   call 1:      bash scripts/gpu_window.sh             (timeout_s 600, carry [".whl"]; DEADLINE=400 by default)
 #   back here:   cat <files_at>/store.tgz.* | tar xzf -   (the runs this call finished, in parts of under 16 MiB)
 #                [ -f <files_at>/cuda.json ] && cp <files_at>/cuda.json results/bench/cuda.json
 #   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 2 minutes
 #   of the session's device time are left (status: budget_left_s), with timeout_s = that time - 20:
-#                STACK=<call 1's answer> DEADLINE=<that time - 80> bash scripts/gpu_window.sh   (carry [".whl"] again)
+#                STACK=<call 1's> WORKERS=<call 1's> DEADLINE=<that time - 80> bash scripts/gpu_window.sh   (carry [".whl"])
 #                Unpack call 1's parts first: each call replaces the machine's store with this tree's.
 #   at the end:  bash scripts/device_tree.sh back && git add results/full && git commit
 #
 # First a 20-second probe (`python -m posenc.bench --only stacking`): three seeds trained one by one
 # against the same three as one stacked model (torch.func.vmap). The runner then stacks seeds
 # (--stack-seeds) only if that measured faster here, by 1.2x or more, with the same final losses
-# (within 2%: bf16 rounding); STACK=1 or STACK=0 skips the probe and decides. The runner takes
-# the missing `full` runs of every chapter in priority order, stores each the moment it ends, and
-# stops cleanly at the deadline (a run in flight is abandoned and the next window resumes it).
+# (within 2%: bf16 rounding); STACK=1 or STACK=0 skips the probe and decides.
+# Then the worker probe (`python -m posenc.bench --only workers`, about 70 s): the aggregate training steps per
+# second of 1, 6, 10 and 16 processes sharing the GPU, each stepping the tier's usual model; the runner takes the
+# fewest workers within 5% of the best rate. The 2026-12-04 window ran 10 and measured 178.6 steps/s in all, while
+# one process alone stepped the same size of model 85 times a second. WORKERS=<n> skips the probe.
+# The runner takes the missing `full` runs of every chapter in priority order, stores each the moment it ends,
+# and stops cleanly at the deadline (a run in flight is abandoned and the next window resumes it).
 # What comes back through $OUT: the runs finished in this call (the store's new files, each run's weights
 # before its record) as one archive split into parts of PART bytes (scripts/pack_new.sh: the device tool
 # brings back files of at most 16 MiB, 8 files, 64 MiB in all), the runner's log with the probe's table, and the
 # dry-run before and after with the cost model refitted to this window (dry_run.txt).
 # If the whole tier is done before the deadline, the time left to the call's budget goes to the
 # CUDA cost table (scripts/gpu_costs.sh: cuda.json, bench.log), after the store is packed.
-# Budget of one device call (600 s): probe <= 45 s, runner 480 s, then about 20 s to list, refit
-# and pack the store. Keep DEADLINE so that the whole script ends before the call's limit: the
-# archive is made before anything optional (the cost table ends by BUDGET, DEADLINE + 60 s from the
-# start). $OUT holds at most 8 files: 2 logs, 4 parts (62.5 MiB), and the cost table's 2.
+# Budget of one device call (600 s): probes <= 145 s, runner 400 s, then about 25 s to list, refit and pack the
+# store (BUDGET, 570 s, bounds the optional cost table). Keep DEADLINE so that the whole script ends before the
+# call's limit: the archive is made before anything optional.
 # Rehearsal without a GPU (tests/test_gpu_window.py runs it in a throwaway copy of the repository):
 #   DEVICE=cpu CHAPTERS=01_learned STACK=0 DEADLINE=20 bash scripts/gpu_window.sh
 # DEVICE goes to the runner's --device (default auto: the GPU), CHAPTERS to its --chapters (default all).
-# WORKERS: processes sharing the GPU. The 2026-12-04 window measured 178.6 training steps/s in all with 10 (one
-# process alone steps the same size of model 85 times a second: ten only double it), so fewer may do as well; a
-# second call with WORKERS=5 compares, on the runner's last line ("steps/s in all").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
-BUDGET=${BUDGET:-$(( ${DEADLINE:-480} + 60 ))}   # seconds this script may take in all
+BUDGET=${BUDGET:-570}                             # seconds this script may take in all
 OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 BEFORE=$(mktemp)                                  # the store as it came: only what this call adds goes back
@@ -56,24 +56,33 @@ fi
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
 { echo "== before"; python3 -m posenc.runs --profile full $SELECT --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
 if [ -z "${STACK:-}" ]; then
-    PROBE=$(mktemp)
+    PROBE=$(mktemp -d)/probe.json           # a new file: the bench refuses to overwrite one that is not its JSON
     timeout 45 python3 -m posenc.bench --only stacking --rounds 3 --save "$PROBE" 2>&1 | tee "$OUT/runner.log"
     STACK=$(python3 -c "
-import json, math, statistics, sys
+import json, sys
+from posenc.bench.stacking import stack_decision
 try:
-    rows = json.load(open('$PROBE'))['sections']['stacking']['rows']
-    speedup, gap = statistics.median(r['speedup'] for r in rows), max(r['loss_gap'] for r in rows)
-    ok = speedup >= 1.2 and gap < 0.02
-    print(int(ok))
-    print(f'stacking probe: median speedup {speedup:.2f}x, largest loss gap {gap:.3g}', '' if ok else
-          '(no loss gap: a final loss is NaN)' if math.isnan(gap) else '(below 1.2x or over 2%)', file=sys.stderr)
+    ok, why = stack_decision(json.load(open('$PROBE'))['sections']['stacking']['rows'])
+    print(int(ok)); print(why, file=sys.stderr)
 except Exception as err:
     print(0); print('no stacking probe:', err, file=sys.stderr)" 2>> "$OUT/runner.log")
 fi
 echo "stack seeds: $STACK" | tee -a "$OUT/runner.log"
+if [ -z "${WORKERS:-}" ]; then                      # how many processes to share the GPU: measured, not guessed
+    PROBE=$(mktemp -d)/probe.json           # a new file: the bench refuses to overwrite one that is not its JSON
+    timeout 100 python3 -m posenc.bench --only workers --save "$PROBE" 2>&1 | tee -a "$OUT/runner.log"
+    WORKERS=$(python3 -c "
+import json, sys
+from posenc.bench.workers import best_count
+try:
+    print(best_count(json.load(open('$PROBE'))['sections']['workers']['rows']))
+except Exception as err:
+    print(10); print('no worker probe:', err, file=sys.stderr)" 2>> "$OUT/runner.log")
+fi
+echo "workers: $WORKERS" | tee -a "$OUT/runner.log"
 FLAGS=$([ "$STACK" = 1 ] && echo --stack-seeds)
-python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "${DEADLINE:-480}" \
-    --workers "${WORKERS:-10}" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
+python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "${DEADLINE:-400}" \
+    --workers "$WORKERS" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
 { echo "== after"; python3 -m posenc.runs --profile full $SELECT --dry-run
   echo "== the cost model refitted to this window"; python3 -m posenc.runs --profile full --fit; } >> "$OUT/dry_run.txt" 2>&1
 bash scripts/pack_new.sh "$BEFORE" "$OUT"                 # the runs this call finished, in parts

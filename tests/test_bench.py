@@ -194,3 +194,22 @@ def test_floater_cost_rows_hold_every_timing_and_its_ratio():
     assert "floater_fwd_bwd_ms" not in floater_cost(lengths=(8,), dim=8, layers=1, repeats=1, backward=False)[0]
     with pytest.raises(ValueError, match="clock"):
         floater_cost(clock="sundial")
+
+
+def test_the_worker_probe_times_each_count_and_picks_the_fewest_within_reach_of_the_best():
+    """posenc.bench.workers: W spawned processes step the same model after a barrier; the aggregate rate is the
+    sum of theirs. On two CPU cores two workers do more steps in all than one (each has a core)."""
+    from posenc.bench.workers import best_count, worker_scaling
+    rows = worker_scaling((1, 2), seconds=1.5, d_model=16, n_heads=2, n_layers=1, batch_size=2, seq_len=16,
+                          device="cpu")
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert all(r["steps_per_s"] > 0 and r["per_worker"] == pytest.approx(r["steps_per_s"] / r["workers"]) for r in rows)
+    assert rows[0]["vs_one"] == 1 and rows[1]["vs_one"] == pytest.approx(rows[1]["steps_per_s"] / rows[0]["steps_per_s"])
+    table = [{"workers": 1, "steps_per_s": 85.0}, {"workers": 6, "steps_per_s": 190.0},
+             {"workers": 10, "steps_per_s": 178.6}, {"workers": 16, "steps_per_s": 195.0}]
+    assert best_count(table) == 6                          # 190 is within 5% of 195: fewer processes, same rate
+    assert best_count(table, within=0.0) == 16
+    with pytest.raises(ValueError, match="counts"):
+        worker_scaling((0,))
+    with pytest.raises(ValueError, match="seconds"):
+        worker_scaling((1,), seconds=0)

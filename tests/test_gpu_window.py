@@ -35,6 +35,7 @@ def window(repo: Path, **env) -> tuple[subprocess.CompletedProcess, float, Path]
     out = repo / "out"
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     environ.update({"OUT": str(out), "DEVICE": "cpu", "STACK": "0", "WORKERS": "1"}, **env)
+    environ = {k: v for k, v in environ.items() if v is not None}          # WORKERS=None: the probe decides
     t0 = time.monotonic()
     proc = subprocess.run(["bash", "scripts/gpu_window.sh"], cwd=repo, env=environ, capture_output=True, text=True,
                           timeout=300)
@@ -92,6 +93,18 @@ def test_a_window_that_reaches_its_deadline_stops_the_runner_and_brings_the_stor
     assert packed(out) == []                                    # nothing was finished: only new runs travel back
     assert {p.name for p in out.iterdir()} == {"dry_run.txt", "runner.log", "store.tgz.0"}   # 8 files come back at most
     assert "cuda.json" not in {p.name for p in out.iterdir()}   # the cost table waits for a finished tier
+
+
+def test_without_a_worker_count_the_window_measures_one_and_the_runner_uses_it(repo):
+    """WORKERS unset: the worker probe (`posenc.bench --only workers`; on a CPU 1 and 2 processes for 2 s) times
+    the aggregate step rate, and the runner takes the fewest workers within 5% of the best."""
+    proc, _, out = window(repo, CHAPTERS=unfinished(), DEADLINE="10", WORKERS=None)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = (out / "runner.log").read_text()
+    assert "aggregate training steps/s of W processes" in log and "steps_per_s" in log, log[-2000:]
+    chosen = [line for line in log.splitlines() if line.startswith("workers: ")]
+    assert chosen and chosen[0].split()[1] in ("1", "2"), log[-2000:]
+    assert "with 1 workers" in log or "with 2 workers" in log, log[-2000:]   # the runner's last line says so
 
 
 def test_a_window_with_the_tier_done_packs_the_store_before_it_starts_the_cost_table(repo, tmp_path):

@@ -360,3 +360,19 @@ def test_a_record_names_the_thread_count_it_was_trained_with(tmp_path):
         assert "1 torch threads" in record["machine"] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_window_stacks_seeds_only_when_the_probe_was_faster_with_the_same_losses():
+    """stack_decision: median speedup >= 1.2 and every loss gap < 2%; a NaN gap refuses wherever it sits (max()
+    over [0.01, nan] returns 0.01). The 2026-12-04 H200 probe: 1.54x and 1.23x, both gaps NaN: refused."""
+    from posenc.bench.stacking import stack_decision
+    nan = float("nan")
+    h200 = [{"scheme": "nope", "speedup": 1.542, "loss_gap": nan}, {"scheme": "rope", "speedup": 1.233, "loss_gap": nan}]
+    ok, why = stack_decision(h200)
+    assert not ok and "NaN" in why and "1.39x" in why
+    assert stack_decision([{"speedup": 1.5, "loss_gap": 0.001}, {"speedup": 1.3, "loss_gap": 0.004}])[0]
+    assert not stack_decision([{"speedup": 1.5, "loss_gap": 0.001}, {"speedup": 1.3, "loss_gap": nan}])[0]
+    assert not stack_decision([{"speedup": 1.1, "loss_gap": 0.001}])[0]                 # too little speedup
+    assert not stack_decision([{"speedup": 2.0, "loss_gap": 0.05}])[0]                  # losses apart
+    with pytest.raises(ValueError, match="loss_gap"):
+        stack_decision([{"speedup": 2.0}])

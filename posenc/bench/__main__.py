@@ -10,7 +10,9 @@ rope (apply_rope forward+backward / references and a memory-bound floor), bias (
 ALiBi bias construction / references), memory (DeBERTa gather vs naive peak, Shaw
 gather vs naive saved activations), gpu (the CUDA cost table, `posenc.bench.gpu`; CUDA
 only), stacking (three seeds trained one by one / as one stacked model,
-`posenc.bench.stacking`; fewer steps and rounds on a CPU, where a step is long).
+`posenc.bench.stacking`; fewer steps and rounds on a CPU, where a step is long), workers (the
+aggregate training steps per second of 1, 6, 10 and 16 processes sharing the device,
+`posenc.bench.workers`; asked for by name only, as the GPU window does).
 Ratios are the result; absolute times depend on the machine named in the first line.
 """
 from __future__ import annotations
@@ -30,9 +32,12 @@ from .kernels import bias_times, rope_times
 from .memory import deberta_memory
 from .schemes import scheme_costs, xtransformers_costs
 from .stacking import stacking_costs
+from .workers import worker_scaling
 from .timing import machine
 
-SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu", "stacking")
+SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu", "stacking", "workers")
+#: What runs without --only: every section but the GPU window's worker probe (minutes of spawned processes).
+DEFAULT = tuple(s for s in SECTIONS if s != "workers")
 
 
 def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=None) -> dict:
@@ -62,6 +67,10 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
                      f"steps one by one / as one stacked model (torch.func.vmap), best of {stack_rounds}, {clock} time",
                      lambda: stacking_costs(("nope", "rope"), steps=stack_steps, rounds=stack_rounds, device=device,
                                             clock=clock)),
+        "workers": ("aggregate training steps/s of W processes sharing the device, each stepping a causal LM (RoPE, "
+                    "d=128, 4 layers, batch 32, seq 128, corpus) for 6 s after a barrier",
+                    lambda: worker_scaling((1, 2) if on_cpu else (1, 6, 10, 16), seconds=2.0 if on_cpu else 6.0,
+                                           device=device)),
     }
     out = {}
     for name in only:
@@ -88,7 +97,7 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(DEFAULT))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 1 on CPU, where the CPU-time clock is steadiest on a shared machine)")

@@ -53,3 +53,21 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
                      "seed_steps_per_s_stacked": seeds * steps / stacked, "loss_gap": gap,
                      "loss_single": mean_loss["single"], "loss_stacked": mean_loss["stacked"]})
     return rows
+
+
+def stack_decision(rows, *, min_speedup: float = 1.2, max_gap: float = 0.02) -> tuple[bool, str]:
+    """Whether the runner should stack seeds here, from `stacking_costs` rows, and why: the median speedup is at
+    least `min_speedup` and every seed's final loss agrees within `max_gap` (bf16 rounding). A NaN gap (a final
+    loss that is NaN on one side) refuses, whatever its place among the rows."""
+    import math
+    import statistics
+    rows = Table(rows).require(("speedup", "loss_gap"))
+    if not rows:
+        raise ValueError("rows must hold at least one stacking_costs row")
+    gaps = [r["loss_gap"] for r in rows]
+    speedup = statistics.median(r["speedup"] for r in rows)
+    gap = math.nan if any(math.isnan(g) for g in gaps) else max(gaps)
+    ok = speedup >= min_speedup and gap < max_gap
+    why = ("" if ok else " (a final loss is NaN: see loss_single and loss_stacked)" if math.isnan(gap)
+           else f" (below {min_speedup}x or over {max_gap:.0%})")
+    return ok, f"stacking probe: median speedup {speedup:.2f}x, largest loss gap {gap:.3g}{why}"
