@@ -8,7 +8,7 @@
 # Why: a device call sends the working tree, which must stay under 64 MiB, and the runs' weights (runs
 # declared with keep_weights=True, about 3.5 MB each) would take it past that. The runner there reads the
 # records alone; the empty file keeps a record whole (posenc.runs.Store.get asks that its weights file
-# exists), so no finished run is rerun. Always `back` before committing: tests/test_store_files.py fails on
+# exists), so no finished run is rerun. Always `back` before committing: tests/test_runs.py fails on
 # an empty weights file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
