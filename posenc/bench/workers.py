@@ -67,8 +67,9 @@ def worker_scaling(counts=(1, 6, 10, 16), *, scheme: str = "rope", seconds: floa
                    d_model: int = 128, n_heads: int = 4, n_layers: int = 4, batch_size: int = 32, seq_len: int = 128,
                    device: str = "auto") -> Table:
     """One row per worker count W, in the order of `counts`: `steps_per_s` (the aggregate R(W)), `per_worker`
-    (R(W) / W), and `vs_one` (R(W) / R(1), once a count of 1 has been measured; else None). Every worker trains the same causal LM on the
-    corpus (the `full` tier's usual size: d=128, 4 layers, batch 32, seq 128) with the runner's step."""
+    (R(W) / W), and `vs_one` (R(W) / R(1), once a count of 1 has been measured; else None). Every worker
+    trains the same causal LM on the corpus (the `full` tier's usual size: d=128, 4 layers, batch 32, seq 128)
+    with the runner's step."""
     if not counts or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in counts):
         raise ValueError(f"counts must be positive ints; got {counts!r}")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 3600:
