@@ -2,6 +2,7 @@
 the stacked trainer against separate `train` calls, per-seed clipping, refusals, and the runner."""
 from collections import Counter
 
+import math
 import pytest
 import torch
 from hypothesis import given, settings
@@ -376,3 +377,29 @@ def test_the_window_stacks_seeds_only_when_the_probe_was_faster_with_the_same_lo
     assert not stack_decision([{"speedup": 2.0, "loss_gap": 0.05}])[0]                  # losses apart
     with pytest.raises(ValueError, match="loss_gap"):
         stack_decision([{"speedup": 2.0}])
+
+
+def test_a_nan_stacked_loss_brings_the_variants_that_name_its_cause(monkeypatch):
+    """stacking_costs: where the stacked loss is NaN (the 2026-12-04 H200 probe), the row adds the same stacked run
+    without autocast and with the math SDPA kernel; here a stand-in that fails only under autocast ("auto")
+    shows the plumbing: NaN with amp auto, finite with amp off."""
+    import posenc.bench.stacking as stacking
+    real = stacking.train_stacked
+
+    def fails_under_autocast(models, task, cfgs, loss_fn=None):
+        out = real(models, task, cfgs, loss_fn)
+        if cfgs[0].amp == "auto":
+            for r in out:
+                r.final_loss = float("nan")
+        return out
+
+    monkeypatch.setattr(stacking, "train_stacked", fails_under_autocast)
+    [row] = list(stacking.stacking_costs(("nope",), steps=2, seq_len=8, batch_size=2, d_model=16, n_heads=2,
+                                         n_layers=1, rounds=1))
+    assert math.isnan(row["loss_stacked"]) and math.isnan(row["loss_gap"]) and math.isfinite(row["loss_single"])
+    assert math.isfinite(row["loss_stacked_fp32"]) and math.isnan(row["loss_stacked_math"])
+    assert row["loss_stacked_fp32"] == pytest.approx(row["loss_single"], rel=1e-4)   # fp32 on the CPU: the same run
+    monkeypatch.setattr(stacking, "train_stacked", real)
+    [row] = list(stacking.stacking_costs(("nope",), steps=2, seq_len=8, batch_size=2, d_model=16, n_heads=2,
+                                         n_layers=1, rounds=1))
+    assert "loss_stacked_fp32" not in row                     # finite: no variants run

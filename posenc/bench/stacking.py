@@ -8,6 +8,8 @@ batches and the optimiser included: K `posenc.train` calls against one `train_st
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..model import build_model
@@ -25,7 +27,8 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
     (`single_s`) and stacked (`stacked_s`), `speedup` = single_s / stacked_s (best of `rounds`, interleaved),
     the seed-steps per second of each, and `loss_gap`: the largest |stacked / alone - 1| of a seed's final
     training loss (rounding only, if stacking is right on this device), with `loss_single` and `loss_stacked` the
-    seeds' mean final losses (a NaN gap says which side diverged or failed)."""
+    seeds' mean final losses (a NaN gap says which side diverged or failed); where `loss_stacked` is NaN, the
+    row adds `stacked_variants`' losses."""
     if not (isinstance(seeds, int) and seeds >= 2):
         raise ValueError(f"seeds must be an int >= 2 (stacking one seed is training it); got {seeds!r}")
     if not (isinstance(steps, int) and steps >= 1):
@@ -51,15 +54,28 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
         rows.append({"scheme": scheme, "seeds": seeds, "steps": steps, "single_s": single, "stacked_s": stacked,
                      "speedup": single / stacked, "seed_steps_per_s_single": seeds * steps / single,
                      "seed_steps_per_s_stacked": seeds * steps / stacked, "loss_gap": gap,
-                     "loss_single": mean_loss["single"], "loss_stacked": mean_loss["stacked"]})
+                     "loss_single": mean_loss["single"], "loss_stacked": mean_loss["stacked"],
+                     **(stacked_variants(model, task, cfgs) if math.isnan(mean_loss["stacked"]) else {})})
     return rows
+
+
+def stacked_variants(model, task, cfgs) -> dict:
+    """Where a stacked run's loss is NaN, the same stacked run's mean final loss with one thing changed:
+    `loss_stacked_fp32` without autocast (amp="off"), `loss_stacked_math` with PyTorch's math SDPA kernel
+    (no fused attention under vmap). The one that comes back finite names the cause."""
+    from dataclasses import replace
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    fp32 = train_stacked([model(c) for c in cfgs], task, [replace(c, amp="off") for c in cfgs])
+    with sdpa_kernel(SDPBackend.MATH):
+        math_sdpa = train_stacked([model(c) for c in cfgs], task, cfgs)
+    return {"loss_stacked_fp32": sum(r.final_loss for r in fp32) / len(cfgs),
+            "loss_stacked_math": sum(r.final_loss for r in math_sdpa) / len(cfgs)}
 
 
 def stack_decision(rows, *, min_speedup: float = 1.2, max_gap: float = 0.02) -> tuple[bool, str]:
     """Whether the runner should stack seeds here, from `stacking_costs` rows, and why: the median speedup is at
     least `min_speedup` and every seed's final loss agrees within `max_gap` (bf16 rounding). A NaN gap (a final
     loss that is NaN on one side) refuses, whatever its place among the rows."""
-    import math
     import statistics
     rows = Table(rows).require(("speedup", "loss_gap"))
     if not rows:
@@ -68,6 +84,7 @@ def stack_decision(rows, *, min_speedup: float = 1.2, max_gap: float = 0.02) -> 
     speedup = statistics.median(r["speedup"] for r in rows)
     gap = math.nan if any(math.isnan(g) for g in gaps) else max(gaps)
     ok = speedup >= min_speedup and gap < max_gap
-    why = ("" if ok else " (a final loss is NaN: see loss_single and loss_stacked)" if math.isnan(gap)
+    nan_why = " (a final loss is NaN: loss_single, loss_stacked, loss_stacked_fp32 and loss_stacked_math say where)"
+    why = ("" if ok else nan_why if math.isnan(gap)
            else f" (below {min_speedup}x or over {max_gap:.0%})")
     return ok, f"stacking probe: median speedup {speedup:.2f}x, largest loss gap {gap:.3g}{why}"
