@@ -55,30 +55,28 @@ if compgen -G ".whl/*.whl" > /dev/null; then       # reference libraries the ima
 fi
 python3 -c "import posenc, torch; print('posenc', posenc.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
 { echo "== before"; python3 -m posenc.runs --profile full $SELECT --dry-run --stack-seeds; } > "$OUT/dry_run.txt" 2>&1
-if [ -z "${STACK:-}" ]; then
-    PROBE=$(mktemp -d)/probe.json           # a new file: the bench refuses to overwrite one that is not its JSON
-    timeout 45 python3 -m posenc.bench --only stacking --rounds 3 --save "$PROBE" 2>&1 | tee "$OUT/runner.log"
-    STACK=$(python3 -c "
+# probe SECTION SECONDS FALLBACK CODE: `python -m posenc.bench --only SECTION` (its table goes to the log), then
+# CODE, Python that reads its `rows` and prints the answer; FALLBACK, and why, if either step fails.
+probe() {
+    local json; json=$(mktemp -d)/probe.json        # a new file: the bench refuses to overwrite one that is not its JSON
+    timeout "$2" python3 -m posenc.bench --only "$1" --save "$json" 2>&1 | tee -a "$OUT/runner.log" >&2
+    python3 -c "
 import json, sys
-from posenc.bench.stacking import stack_decision
 try:
-    ok, why = stack_decision(json.load(open('$PROBE'))['sections']['stacking']['rows'])
-    print(int(ok)); print(why, file=sys.stderr)
+    rows = json.load(open('$json'))['sections']['$1']['rows']
+$4
 except Exception as err:
-    print(0); print('no stacking probe:', err, file=sys.stderr)" 2>> "$OUT/runner.log")
-fi
+    print('$3'); print('no $1 probe:', err, file=sys.stderr)" 2>> "$OUT/runner.log"
+}
+: > "$OUT/runner.log"
+[ -n "${STACK:-}" ] || STACK=$(probe stacking 45 0 "
+    from posenc.bench.stacking import stack_decision
+    ok, why = stack_decision(rows)
+    print(int(ok)); print(why, file=sys.stderr)")
 echo "stack seeds: $STACK" | tee -a "$OUT/runner.log"
-if [ -z "${WORKERS:-}" ]; then                      # how many processes to share the GPU: measured, not guessed
-    PROBE=$(mktemp -d)/probe.json           # a new file: the bench refuses to overwrite one that is not its JSON
-    timeout 100 python3 -m posenc.bench --only workers --save "$PROBE" 2>&1 | tee -a "$OUT/runner.log"
-    WORKERS=$(python3 -c "
-import json, sys
-from posenc.bench.workers import best_count
-try:
-    print(best_count(json.load(open('$PROBE'))['sections']['workers']['rows']))
-except Exception as err:
-    print(10); print('no worker probe:', err, file=sys.stderr)" 2>> "$OUT/runner.log")
-fi
+[ -n "${WORKERS:-}" ] || WORKERS=$(probe workers 100 10 "   # how many processes share the GPU: measured
+    from posenc.bench.workers import best_count
+    print(best_count(rows))")
 echo "workers: $WORKERS" | tee -a "$OUT/runner.log"
 FLAGS=$([ "$STACK" = 1 ] && echo --stack-seeds)
 python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "${DEADLINE:-400}" \

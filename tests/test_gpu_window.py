@@ -5,6 +5,7 @@ the deadline stops the runner or the tier is done, and the copy's store must com
 rehearsal runs the real script with `--device cpu` and one chapter; only the training itself differs.
 """
 import io
+import json
 import os
 import random
 import shutil
@@ -105,6 +106,27 @@ def test_without_a_worker_count_the_window_measures_one_and_the_runner_uses_it(r
     chosen = [line for line in log.splitlines() if line.startswith("workers: ")]
     assert chosen and chosen[0].split()[1] in ("1", "2"), log[-2000:]
     assert "with 1 workers" in log or "with 2 workers" in log, log[-2000:]   # the runner's last line says so
+
+
+def test_without_a_stacking_answer_the_window_reads_the_probe_and_refuses_a_nan_loss(repo, tmp_path):
+    """STACK unset: the stacking probe's rows decide (`stack_decision`). The probe itself takes minutes on a CPU, so a
+    stand-in for `timeout` writes the rows the 2026-12-04 H200 probe gave: faster (1.54x, 1.23x) but NaN losses."""
+    nan = float("nan")
+    rows = [{"scheme": "nope", "speedup": 1.542, "loss_gap": nan, "loss_single": 4.1, "loss_stacked": nan},
+            {"scheme": "rope", "speedup": 1.233, "loss_gap": nan, "loss_single": 4.0, "loss_stacked": nan}]
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"machine": "cuda: NVIDIA H200", "sections": {"stacking": {"title": "", "rows": rows}}}))
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "timeout").write_text('#!/usr/bin/env bash\nfor a in "$@"; do [ "${prev:-}" = --save ] && cp %s "$a"; '
+                                  'prev=$a; done\n' % probe)
+    (shim / "timeout").chmod(0o755)
+    proc, _, out = window(repo, CHAPTERS=unfinished(), DEADLINE="10", STACK=None,
+                          PATH=f"{shim}:{os.environ['PATH']}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = (out / "runner.log").read_text()
+    assert "stacking probe: median speedup 1.39x, largest loss gap nan (a final loss is NaN" in log, log[-2000:]
+    assert "stack seeds: 0" in log, log[-2000:]
 
 
 def test_a_window_with_the_tier_done_packs_the_store_before_it_starts_the_cost_table(repo, tmp_path):
