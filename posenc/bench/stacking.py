@@ -9,6 +9,7 @@ batches and the optimiser included: K `posenc.train` calls against one `train_st
 from __future__ import annotations
 
 import math
+import statistics
 
 import torch
 
@@ -76,7 +77,6 @@ def stack_decision(rows, *, min_speedup: float = 1.2, max_gap: float = 0.02) -> 
     """Whether the runner should stack seeds here, from `stacking_costs` rows, and why: the median speedup is at
     least `min_speedup` and every seed's final loss agrees within `max_gap` (bf16 rounding). A NaN gap (a final
     loss that is NaN on one side) refuses, whatever its place among the rows."""
-    import statistics
     rows = Table(rows).require(("speedup", "loss_gap"))
     if not rows:
         raise ValueError("rows must hold at least one stacking_costs row")
