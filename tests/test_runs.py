@@ -172,10 +172,17 @@ def test_the_runner_dry_run_lists_missing_runs_with_an_estimate(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "posenc.runs", "--chapters", "99_nothing"], capture_output=True,
                          text=True, cwd=ROOT)
     assert bad.returncode == 2 and "unknown chapters" in bad.stderr
-    if not torch.cuda.is_available():                 # `full` records are made on a GPU: never by accident here
-        cpu = subprocess.run([sys.executable, "-m", "posenc.runs", "--profile", "full", "--chapters", "07_t5"],
-                             capture_output=True, text=True, env=env, cwd=ROOT)
-        assert cpu.returncode == 2 and "made on a GPU" in cpu.stderr
+
+
+def test_the_runner_refuses_the_full_profile_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """`full` records are made on a GPU: never by accident on a CPU. An empty `full` store (the committed one
+    fills up as GPU windows land) and a machine without CUDA."""
+    from posenc.runs import __main__ as runner, store
+    monkeypatch.setattr(store, "results_root", lambda: tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runner.main(["--profile", "full", "--chapters", "07_t5"]) == 2
+    assert "made on a GPU" in capsys.readouterr().err
+    assert not (tmp_path / "full" / "runs").exists() or not any((tmp_path / "full" / "runs").iterdir())
 
 
 @pytest.mark.parametrize("args, env, match", [
