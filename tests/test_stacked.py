@@ -8,11 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.func import functional_call, stack_module_state, vmap
+from torch.nn.attention import SDPBackend
 
 import posenc
 import posenc.runs.stacked as stacking
 from posenc.host import host_checked
-from posenc.model import lm_loss
+from posenc.model import build_model, lm_loss
 from posenc.runs import RunSpec, Store, run_specs
 from posenc.runs.execute import execute, seed_groups
 from posenc.runs.recipes import SPLIT, stack_refusal
@@ -379,26 +380,54 @@ def test_the_window_stacks_seeds_only_when_the_probe_was_faster_with_the_same_lo
         stack_decision([{"speedup": 2.0}])
 
 
+def test_stacked_training_runs_sdpa_on_the_math_kernel_alone(monkeypatch):
+    """The fused SDPA kernels fail under vmap on the H200 (STACKED_SDPA): every attention call of a stacked
+    run sees the flash, memory-efficient and cuDNN kernels switched off, and they are on again after it."""
+    import torch.nn.functional as F
+    seen, sdpa = [], F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append((torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
+                     torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    task = make_task("corpus", train_length=8)
+    cfgs = [posenc.TrainConfig(steps=2, batch_size=2, warmup=1, log_every=2, seed=s, progress=False) for s in range(2)]
+    models = [build_model("nope", task.vocab_size, causal=True, d_model=16, n_heads=2, n_layers=1, max_len=8)
+              for _ in cfgs]
+    train_stacked(models, task, cfgs)
+    assert seen and set(seen) == {(False, False, False, True)}
+    assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+
+
 def test_a_nan_stacked_loss_brings_the_variants_that_name_its_cause(monkeypatch):
-    """stacking_costs: where the stacked loss is NaN (the 2026-12-04 H200 probe), the row adds the same stacked run
-    without autocast and with the math SDPA kernel; here a stand-in that fails only under autocast ("auto")
-    shows the plumbing: NaN with amp auto, finite with amp off."""
+    """stacking_costs: where the stacked loss is NaN (the 2026-12-04 H200 probes), the row adds the same stacked run
+    without autocast, and with SDPA's fused kernels allowed; a variant that raises (the H200's "LSE is not
+    correctly aligned") is a NaN loss and its error, not a crashed probe. Here a stand-in that is NaN under
+    autocast and raises when the fused kernels are allowed shows the plumbing."""
     import posenc.bench.stacking as stacking
+    from posenc.runs import stacked
     real = stacking.train_stacked
 
-    def fails_under_autocast(models, task, cfgs, loss_fn=None):
+    def fails_like_the_h200(models, task, cfgs, loss_fn=None):
+        if stacked.STACKED_SDPA != SDPBackend.MATH:
+            raise RuntimeError("LSE is not correctly aligned (strideH)\nmore lines")
         out = real(models, task, cfgs, loss_fn)
         if cfgs[0].amp == "auto":
             for r in out:
                 r.final_loss = float("nan")
         return out
 
-    monkeypatch.setattr(stacking, "train_stacked", fails_under_autocast)
+    monkeypatch.setattr(stacking, "train_stacked", fails_like_the_h200)
     [row] = list(stacking.stacking_costs(("nope",), steps=2, seq_len=8, batch_size=2, d_model=16, n_heads=2,
                                          n_layers=1, rounds=1))
     assert math.isnan(row["loss_stacked"]) and math.isnan(row["loss_gap"]) and math.isfinite(row["loss_single"])
-    assert math.isfinite(row["loss_stacked_fp32"]) and math.isnan(row["loss_stacked_math"])
+    assert math.isfinite(row["loss_stacked_fp32"]) and "error_stacked_fp32" not in row
+    assert math.isnan(row["loss_stacked_fused"])
+    assert row["error_stacked_fused"] == "RuntimeError: LSE is not correctly aligned (strideH)"
     assert row["loss_stacked_fp32"] == pytest.approx(row["loss_single"], rel=1e-4)   # fp32 on the CPU: the same run
+    assert stacked.STACKED_SDPA == SDPBackend.MATH                                    # the variant's patch undone
     monkeypatch.setattr(stacking, "train_stacked", real)
     [row] = list(stacking.stacking_costs(("nope",), steps=2, seq_len=8, batch_size=2, d_model=16, n_heads=2,
                                          n_layers=1, rounds=1))

@@ -61,16 +61,30 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
 
 
 def stacked_variants(model, task, cfgs) -> dict:
-    """Where a stacked run's loss is NaN, the same stacked run's mean final loss with one thing changed:
-    `loss_stacked_fp32` without autocast (amp="off"), `loss_stacked_math` with PyTorch's math SDPA kernel
-    (no fused attention under vmap). The one that comes back finite names the cause."""
+    """Where a stacked run's loss is NaN, the same stacked run with one thing changed, so that the next
+    window names the cause: `loss_stacked_fp32` without autocast (amp="off"), `loss_stacked_fused` with
+    SDPA free to pick its fused kernels (what `STACKED_SDPA` rules out). A variant that raises gives a NaN
+    loss and its error, one line, as `error_stacked_fp32` / `error_stacked_fused`."""
     from dataclasses import replace
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    fp32 = train_stacked([model(c) for c in cfgs], task, [replace(c, amp="off") for c in cfgs])
-    with sdpa_kernel(SDPBackend.MATH):
-        math_sdpa = train_stacked([model(c) for c in cfgs], task, cfgs)
-    return {"loss_stacked_fp32": sum(r.final_loss for r in fp32) / len(cfgs),
-            "loss_stacked_math": sum(r.final_loss for r in math_sdpa) / len(cfgs)}
+    from unittest import mock
+    from torch.nn.attention import SDPBackend
+
+    from ..runs import stacked
+    every = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]
+    def fused():
+        with mock.patch.object(stacked, "STACKED_SDPA", every):
+            return train_stacked([model(c) for c in cfgs], task, cfgs)
+
+    variants = {"fp32": lambda: train_stacked([model(c) for c in cfgs], task, [replace(c, amp="off") for c in cfgs]),
+                "fused": fused}
+    out = {}
+    for name, run in variants.items():
+        try:
+            out[f"loss_stacked_{name}"] = sum(r.final_loss for r in run()) / len(cfgs)
+        except Exception as err:          # a kernel refusing vmap is an answer here, not a crash of the probe
+            out[f"loss_stacked_{name}"] = math.nan
+            out[f"error_stacked_{name}"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return out
 
 
 def stack_decision(rows, *, min_speedup: float = 1.2, max_gap: float = 0.02) -> tuple[bool, str]:
@@ -84,7 +98,7 @@ def stack_decision(rows, *, min_speedup: float = 1.2, max_gap: float = 0.02) -> 
     speedup = statistics.median(r["speedup"] for r in rows)
     gap = math.nan if any(math.isnan(g) for g in gaps) else max(gaps)
     ok = speedup >= min_speedup and gap < max_gap
-    nan_why = " (a final loss is NaN: loss_single, loss_stacked, loss_stacked_fp32 and loss_stacked_math say where)"
+    nan_why = " (a final loss is NaN: loss_single, loss_stacked and stacked_variants' losses say where)"
     why = ("" if ok else nan_why if math.isnan(gap)
            else f" (below {min_speedup}x or over {max_gap:.0%})")
     return ok, f"stacking probe: median speedup {speedup:.2f}x, largest loss gap {gap:.3g}{why}"

@@ -27,11 +27,11 @@ frequencies depend on the sequence length, would change under padding: those are
 from __future__ import annotations
 
 import time
-import warnings
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..host import host_checked, to_device
 from .train import (RESUME_FIELDS, TrainConfig, TrainResult, amp_dtype, lr_factor, pick_device,
@@ -141,6 +141,13 @@ def stacked_step(step_losses, params: dict, buffers: dict, batch, opt, dtype, gr
     return losses.detach()
 
 
+#: Why stacked training runs SDPA's math kernel (matmuls and a softmax, which vmap batches like any op):
+#: under `torch.func.vmap` the fused kernels fail. On the H200 (torch 2.11, 2026-12-04 windows) the stacked
+#: loss was NaN under bf16 autocast, and without autocast the memory-efficient kernel's backward raised
+#: "LSE is not correctly aligned (strideH)"; on the CPU the flash kernel has no vmap rule and ran seed by seed.
+STACKED_SDPA = SDPBackend.MATH
+
+
 def train_stacked(models: list, task, cfgs: list, loss_fn=None) -> list[TrainResult]:
     """Train `models` (one architecture, one seed each) as one stacked model; returns their `TrainResult`s.
 
@@ -159,9 +166,7 @@ def train_stacked(models: list, task, cfgs: list, loss_fn=None) -> list[TrainRes
     if backend == "auto":                   # FlexAttention (bias schemes' long sequences on CUDA) has no vmap rule
         base.attention_backend = "sdpa"
     try:
-        with warnings.catch_warnings():   # on the CPU, SDPA's fused kernel has no vmap rule: it runs seed by seed
-            warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented "
-                                    "the batching rule for aten::_scaled_dot_product_flash_attention_for_cpu")
+        with sdpa_kernel(STACKED_SDPA):         # the fused kernels fail under vmap: see STACKED_SDPA
             return _train(models, task, cfgs, loss_fn, device, dtype)
     finally:
         if backend == "auto":
