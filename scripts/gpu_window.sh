@@ -21,8 +21,12 @@
 # second of 1, 6, 10 and 16 processes sharing the GPU, each stepping the tier's usual model; the runner takes the
 # fewest workers within 5% of the best rate. The 2026-12-04 window ran 10 and measured 178.6 steps/s in all, while
 # one process alone stepped the same size of model 85 times a second. WORKERS=<n> skips the probe.
-# The runner takes the missing `full` runs of every chapter in priority order, stores each the moment it ends,
-# and stops cleanly at the deadline (a run in flight is abandoned and the next window resumes it).
+# The runner takes the missing `full` runs of every chapter in priority order, the runs that need a quarter of
+# the deadline or more first (longest first), stores each the moment it ends, starts none that its cost model
+# says would end after the deadline, and stops cleanly there (a run in flight is abandoned and the next window
+# resumes it). WORKERS=10 skips the worker probe (70 s): both 2026-12-04 windows chose 10. The stacking probe
+# (45 s) is worth one more window: its stacked loss was NaN on the H200 under SDPA's fused kernels, and stacked
+# training now runs the math kernel (posenc.runs.stacked.STACKED_SDPA), not yet tried on CUDA.
 # What comes back through $OUT: the runs finished in this call (the store's new files, each run's weights
 # before its record) as one archive split into parts of PART bytes (scripts/pack_new.sh: the device tool
 # brings back files of at most 16 MiB, 8 files, 64 MiB in all), the runner's log with the probe's table, and the

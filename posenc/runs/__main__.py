@@ -193,12 +193,12 @@ def main(argv=None) -> int:
         steps = sum(s.train["steps"] for _, s in todo if s.key in finished)
         now = time.monotonic()
         print(f"{len(out['done'])} runs stored, {len(out['failed'])} failed, {len(out['abandoned'])} left for the "
-              f"next call; this pass {now - t_pass:.0f} s with {workers} workers ({now - t0:.0f} s since the call "
+              f"next call, {len(out['deferred'])} not started (estimated to end after the deadline); this pass {now - t_pass:.0f} s with {workers} workers ({now - t0:.0f} s since the call "
               f"began); {steps} training steps in this pass, {steps / max(now - t_pass, 1e-9):.1f} steps/s in all")
         for key, error in out["failed"].items():
             print(f"  failed {key}: {error}", file=sys.stderr)
         failed |= bool(out["failed"])
-        if out["failed"] or out["abandoned"]:
+        if out["failed"] or out["abandoned"] or out["deferred"]:
             break
         # A plan may read the store (a learning-rate grid declares its tuned seeds once the grid is stored):
         # plan again, and go on while that declares runs not yet made.

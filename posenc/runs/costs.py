@@ -2,36 +2,63 @@
 
 One run on one worker takes about
 
-    seconds = steps * overhead + cost / throughput,
+    seconds = steps * (overhead + positions * ode_step) + cost / throughput,
 
 with `RunSpec.cost` its training multiply-adds (6 * parameters * tokens * steps), `overhead` the fixed
-seconds of a step (kernel launches and Python: the floor for small models) and `throughput` the
-multiply-adds per second one worker sustains. Both constants are fitted to stored runs (`fit`), whose
-recorded wall time includes their evaluation.
+seconds of a step (kernel launches and Python: the floor for small models), `throughput` the
+multiply-adds per second one worker sustains, and, for FLOATER alone, `positions` the RK4 steps of its
+ODE solve in one training step (`solve_positions`: one per position, in sequence) and `ode_step` the
+seconds of one of them, forward and backward. That last term is launches, not arithmetic: on the H200 it
+made a FLOATER LM at L = 128 run ten times longer than its multiply-adds say. The constants are fitted to
+stored runs (`fit`), whose recorded wall time includes their evaluation.
 """
 from __future__ import annotations
 
 import numpy as np
 
-#: Multiply-adds per second of one run. CPU: one thread, fitted to the stored ci records. CUDA: one of ten
-#: workers sharing an H200, refitted (`--fit`) to the 88 `full` runs of the 2026-12-04 window (chapters 00-04:
-#: 86000 steps in 482 s, 178.6 steps/s in all; results/bench/windows/2026-12-04.txt).
-THROUGHPUT = {"cpu": 3e10, "cuda": 2.3e12}
-#: Fixed seconds per training step (kernel launches and Python), the floor for small models. CUDA: 24 ms,
-#: though one process alone steps a 4-layer model in 12 ms (the stacking probe): ten processes time-share the
-#: GPU, so the step's launches, not its arithmetic, set the tier's wall time.
-STEP_OVERHEAD = {"cpu": 0.002, "cuda": 0.024}
+#: Multiply-adds per second of one run. CPU: one thread, fitted (`--fit`) to the stored ci records (668 runs).
+#: CUDA: one of ten workers sharing an H200, fitted to the 134 timed `full` runs of the 2026-12-04 windows
+#: (86000 steps in 482 s, 178.6 steps/s in all, in the first; results/bench/windows/). Refitted with the ODE
+#: term below, one run's estimate is off by 22% (median; 31% before) and the sum of the estimates is within
+#: 1% of the sum of the times.
+THROUGHPUT = {"cpu": 7.0e10, "cuda": 1.17e12}
+#: Fixed seconds per training step (kernel launches and Python), the floor for small models. CUDA: 12 ms,
+#: about what one process alone takes to step a 4-layer model (the stacking probe): with ten processes
+#: time-sharing the GPU, a step's launches, not its arithmetic, set the tier's wall time.
+STEP_OVERHEAD = {"cpu": 0.0062, "cuda": 0.0119}
+#: Seconds of one RK4 step of FLOATER's ODE solve, forward and backward (`solve_positions`), fitted with the
+#: constants above. CUDA: 2 ms, so a FLOATER LM at L = 128 (1000 steps) takes about 290 s where its
+#: multiply-adds say 30: three such runs, started late, were abandoned at the deadline of both calls of
+#: the second 2026-12-04 window. CPU: 0.34 ms.
+ODE_STEP = {"cpu": 0.00034, "cuda": 0.00205}
 #: The design's budget for the `full` tier: the whole book within 15 minutes of one H200. The runner's share
 #: of it: 12 minutes (starting the machine takes the rest), with this many worker processes sharing the GPU
 #: (one CPU core each, of its 16). The tier is sized so that the cost model above fits it in this window.
 WINDOW = {"seconds": 720.0, "workers": 10}
 
 
+def solve_positions(spec) -> float:
+    """The RK4 steps of FLOATER's ODE solve in one training step, on average (0 for every other scheme).
+
+    FLOATER solves from position 0 to the batch's last one, one RK4 step per position (its step is
+    delta, its time grid t_i = delta * i). A corpus batch has `train_length` positions; a synthetic task
+    draws its length n uniformly from [min_train_length, train_length] per batch, and its sequence holds
+    2 n + 2 tokens, as `RunSpec.cost` counts them: on average min + max + 2.
+    """
+    if spec.scheme != "floater":
+        return 0.0
+    length = spec.task_kwargs.get("train_length", 32)
+    if spec.task == "synthetic":
+        return spec.task_kwargs.get("min_train_length", 1) + length + 2.0
+    return float(length)
+
+
 def estimate_seconds(spec, device: str, constants: dict | None = None) -> float:
-    """A rough wall time of one run: steps * overhead + cost / throughput (the module's constants for
-    `device`, or `constants` = {"overhead": s, "throughput": macs_per_s}, e.g. from `fit`)."""
-    c = constants or {"overhead": STEP_OVERHEAD[device], "throughput": THROUGHPUT[device]}
-    return spec.cost() / c["throughput"] + spec.train["steps"] * c["overhead"]
+    """A rough wall time of one run: steps * (overhead + solve_positions * ode_step) + cost / throughput (the
+    module's constants for `device`, or `constants` = {"overhead", "throughput", "ode_step"}, e.g. from `fit`)."""
+    c = {"overhead": STEP_OVERHEAD[device], "throughput": THROUGHPUT[device], "ode_step": ODE_STEP[device],
+         **(constants or {})}
+    return spec.cost() / c["throughput"] + spec.train["steps"] * (c["overhead"] + solve_positions(spec) * c["ode_step"])
 
 
 def window_seconds(specs, workers: int = WINDOW["workers"], constants: dict | None = None) -> float:
@@ -42,28 +69,43 @@ def window_seconds(specs, workers: int = WINDOW["workers"], constants: dict | No
 
 
 def fit(records, device: str) -> dict:
-    """The cost model's two constants fitted to stored records made on `device` ("cpu" or "cuda"), by least
-    squares on seconds = steps * overhead + cost / throughput, both terms kept non-negative.
+    """The cost model's three constants fitted to stored records made on `device` ("cpu" or "cuda"): least
+    squares on seconds = steps * overhead + cost / throughput + steps * solve_positions * ode_step, every term
+    non-negative (the best non-negative fit, found over the subsets of terms). Without FLOATER records the
+    ODE term cannot be fitted: `ode_step` keeps the module's constant.
 
-    Returns {"overhead", "throughput", "runs", "median_error"}, the last the median of |estimate / seconds - 1|
-    over the records (how far one run's estimate is off; the sum over many runs is closer).
+    Returns {"overhead", "throughput", "ode_step", "runs", "median_error"}, the last the median of
+    |estimate / seconds - 1| over the records (how far one run's estimate is off; the sum over many runs is
+    closer).
     """
     if device not in THROUGHPUT:
         raise ValueError(f"device must be one of {tuple(THROUGHPUT)}; got {device!r}")
-    rows = [(r.spec.train["steps"], r.spec.cost(), r["seconds"]) for r in records
-            if r.get("seconds") and str(r.get("machine", "")).startswith(f"{device}:")]
+    rows = [(r.spec.train["steps"], r.spec.cost(), r.spec.train["steps"] * solve_positions(r.spec), r["seconds"])
+            for r in records if r.get("seconds") and str(r.get("machine", "")).startswith(f"{device}:")]
     if len(rows) < 2:
         raise ValueError(f"records must hold at least 2 timed runs made on {device}; got {len(rows)}")
-    steps, cost, seconds = (np.array(c, dtype=float) for c in zip(*rows))
-    A = np.stack([steps, cost], 1)
-    coef = np.linalg.lstsq(A, seconds, rcond=None)[0]
-    if (coef < 0).any():                     # one term alone explains the times better: fit that one
-        fits = [(np.sum((seconds - x * (seconds @ x) / (x @ x)) ** 2), i, (seconds @ x) / (x @ x))
-                for i, x in enumerate((steps, cost))]
-        _, i, value = min(fits)
-        coef = np.zeros(2)
-        coef[i] = value
-    overhead, per_mac = float(coef[0]), float(coef[1])
-    estimate = A @ coef
-    return {"overhead": overhead, "throughput": 1.0 / per_mac if per_mac > 0 else float("inf"), "runs": len(rows),
+    steps, cost, solves, seconds = (np.array(c, dtype=float) for c in zip(*rows))
+    A = np.stack([steps, cost, solves], 1)
+    coef = nonnegative_least_squares(A, seconds)
+    ode_step = float(coef[2]) if solves.any() else ODE_STEP[device]
+    estimate = A[:, :2] @ coef[:2] + solves * ode_step
+    return {"overhead": float(coef[0]), "throughput": 1.0 / coef[1] if coef[1] > 0 else float("inf"),
+            "ode_step": ode_step, "runs": len(rows),
             "median_error": float(np.median(np.abs(estimate / seconds - 1)))}
+
+
+def nonnegative_least_squares(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin ||A x - b|| over x >= 0, for a few columns: the best of the unconstrained fits on each subset
+    of columns (the others 0) whose coefficients are all non-negative. Columns that are all zero get 0."""
+    n = A.shape[1]
+    best, best_x = np.inf, np.zeros(n)
+    for mask in range(1, 2 ** n):
+        cols = [j for j in range(n) if mask >> j & 1 and A[:, j].any()]
+        if not cols:
+            continue
+        x = np.zeros(n)
+        x[cols] = np.linalg.lstsq(A[:, cols], b, rcond=None)[0]
+        residual = float(np.sum((A @ x - b) ** 2))
+        if (x >= 0).all() and residual < best:
+            best, best_x = residual, x
+    return best_x

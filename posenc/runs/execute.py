@@ -142,14 +142,44 @@ def seed_groups(specs, stack: bool) -> list[list]:
     return list(groups.values())
 
 
-def _worker(jobs, done, profile: str, root: str, device: str) -> None:
-    """A worker process: run groups of specs from `jobs` until a None arrives; report (key, seconds or error)."""
+#: With a deadline, a job estimated to need at least this share of it starts first, longest first: a run that
+#: needs most of a call and starts late is abandoned at the deadline, and its worker's time with it (the three
+#: FLOATER LMs of the second 2026-12-04 window, about 290 s each, were abandoned in both of its calls).
+LONG_SHARE = 0.25
+#: What a worker reports, in place of an error, for a job it did not start because its estimate ends after the
+#: deadline: the next call runs it, and the worker takes a shorter one.
+DEFERRED = "deferred: estimated to end after the deadline"
+
+
+def deadline_order(groups: list, estimates: list, deadline: float | None) -> list[int]:
+    """The order (indices into `groups`) in which workers take the jobs: with a deadline, the jobs estimated at
+    LONG_SHARE of it or more first, longest first, then the rest in their given (priority) order; without one,
+    the given order."""
+    if deadline is None:
+        return list(range(len(groups)))
+    long = sorted((i for i, e in enumerate(estimates) if e >= LONG_SHARE * deadline), key=lambda i: -estimates[i])
+    return long + [i for i, e in enumerate(estimates) if e < LONG_SHARE * deadline]
+
+
+def _worker(jobs, done, profile: str, root: str, device: str, end: float | None = None) -> None:
+    """A worker process: run groups of specs from `jobs` until a None arrives; report (key, seconds or error).
+
+    Each job comes with its estimated seconds. Past its first job, a worker does not start one whose estimate
+    ends after `end` (time.monotonic(), the parent's clock too): it reports each spec as DEFERRED and takes
+    the next. Its first job always starts, so the longest jobs, queued first, are always tried."""
     store = Store(profile, root)
+    first = True
     while True:
         item = jobs.get()
         if item is None:
             return
-        execute_group([RunSpec.from_dict(d) for d in item], store, device,
+        specs, estimate = [RunSpec.from_dict(d) for d in item[0]], item[1]
+        if not first and end is not None and time.monotonic() + estimate > end:
+            for spec in specs:
+                done.put((spec.key, None, DEFERRED))
+            continue
+        first = False
+        execute_group(specs, store, device,
                       report=lambda key, seconds, error: done.put((key, seconds, error)))
 
 
@@ -167,9 +197,11 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
 
     workers == 1 and no deadline: in this process. Otherwise worker processes (spawned);
     at `deadline` (seconds from now) they are killed: what finished is stored, runs in
-    flight are abandoned and the next call resumes them. With `stack_seeds`, the seeds of one
-    spec are one job, trained as one stacked model where they can be (`execute_group`).
-    Returns {"done", "failed", "abandoned"}.
+    flight are abandoned and the next call resumes them; the longest jobs start first, and a job whose
+    estimate (`posenc.runs.costs`) ends after the deadline is deferred, not started (`deadline_order`,
+    `_worker`). With `stack_seeds`, the seeds of one spec are one job, trained as one stacked model where
+    they can be (`execute_group`). Returns {"done", "failed", "abandoned", "deferred"} (the last two: keys
+    for the next call).
     """
     specs = list(specs)
     if not isinstance(workers, int) or workers < 1:
@@ -182,7 +214,7 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
             done.append(spec.key)
             bar.update()
         bar.close()
-        return {"done": done, "failed": failed, "abandoned": []}
+        return {"done": done, "failed": failed, "abandoned": [], "deferred": []}
     groups = seed_groups(specs, stack_seeds)
     if workers == 1 and deadline is None:
         def report(key, seconds, error):
@@ -191,21 +223,25 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
         for group in groups:
             execute_group(group, store, device, report)
         bar.close()
-        return {"done": done, "failed": failed, "abandoned": []}
+        return {"done": done, "failed": failed, "abandoned": [], "deferred": []}
     end = None if deadline is None else time.monotonic() + deadline
+    from .costs import estimate_seconds
+    kind = "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
+    estimates = [sum(estimate_seconds(s, kind) for s in group) for group in groups]
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
-    for group in groups:
-        jobs.put([spec.to_dict() for spec in group])
+    for i in deadline_order(groups, estimates, deadline):
+        jobs.put(([spec.to_dict() for spec in groups[i]], estimates[i]))
     n = min(workers, len(groups))
     for _ in range(n):
         jobs.put(None)
-    procs = [ctx.Process(target=_worker, args=(jobs, results, store.profile, str(store.root), device), daemon=True)
-             for _ in range(n)]
+    procs = [ctx.Process(target=_worker, args=(jobs, results, store.profile, str(store.root), device, end),
+                         daemon=True) for _ in range(n)]
+    deferred = []
     for p in procs:
         p.start()
     try:
-        while len(done) + len(failed) < len(specs):
+        while len(done) + len(failed) + len(deferred) < len(specs):
             if end is not None and time.monotonic() >= end:
                 break
             if not any(p.is_alive() for p in procs) and results.empty():
@@ -213,6 +249,9 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
             try:
                 key, seconds, error = results.get(timeout=0.5 if end is None else max(0.05, min(0.5, end - time.monotonic())))
             except queue.Empty:
+                continue
+            if error == DEFERRED:
+                deferred.append(key)
                 continue
             (failed.__setitem__(key, error) if error else done.append(key))
             bar.update()
@@ -229,5 +268,6 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
     # the store, not the messages, says what finished.
     finished = set(done) | set(failed)
     done += [s.key for s in specs if s.key not in finished and store.path(s).exists()]
-    finished = set(done) | set(failed)
-    return {"done": done, "failed": failed, "abandoned": [s.key for s in specs if s.key not in finished]}
+    finished = set(done) | set(failed) | set(deferred)
+    return {"done": done, "failed": failed, "deferred": deferred,
+            "abandoned": [s.key for s in specs if s.key not in finished]}

@@ -124,4 +124,4 @@ def deberta(profile: str):
         "-P2C": ("deberta", lambda size: dict(k=size["k"], terms=["c2p"])),
         "-EMD": ("deberta", lambda size: dict(k=size["k"], absolute="input")),
         "EMD as paper": ("deberta", lambda size: dict(k=size["k"], emd_passes=2)),
-    }, profile)
+    }, profile, keep=("BERT-A",) if profile == "full" else ())   # full: BERT-A's runs are chapter 08's (kept there)
