@@ -24,7 +24,8 @@
 # The runner takes the missing `full` runs of every chapter in priority order, the runs that need a quarter of
 # the deadline or more first (longest first), stores each the moment it ends, starts none that its cost model
 # says would end after the deadline, and stops cleanly there (a run in flight is abandoned and the next window
-# resumes it). WORKERS=10 skips the worker probe (70 s): both 2026-12-04 windows chose 10. The stacking probe
+# resumes it). WORKERS=10 skips the worker probe (70 s); both 2026-12-04 windows ran 10 set by hand, so the probe
+# has yet to run on a GPU, and one window should let it (its answer then holds for the rest). The stacking probe
 # (45 s) is worth one more window: its stacked loss was NaN on the H200 under SDPA's fused kernels, and stacked
 # training now runs the math kernel (posenc.runs.stacked.STACKED_SDPA), not yet tried on CUDA.
 # What comes back through $OUT: the runs finished in this call (the store's new files, each run's weights
