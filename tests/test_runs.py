@@ -300,10 +300,10 @@ def test_no_two_full_runs_differ_only_in_keeping_their_weights():
 def test_with_a_deadline_the_longest_jobs_go_first():
     from posenc.runs.execute import LONG_SHARE, deadline_order
     estimates = [5.0, 300.0, 1.0, 120.0, 29.0]
-    assert deadline_order(estimates, estimates, None) == [0, 1, 2, 3, 4]
+    assert deadline_order(estimates, None) == [0, 1, 2, 3, 4]
     assert LONG_SHARE == 0.25
-    assert deadline_order(estimates, estimates, 100.0) == [1, 3, 4, 0, 2]   # >= 25 s first, longest first
-    assert deadline_order(estimates, estimates, 1000.0) == [1, 0, 2, 3, 4]
+    assert deadline_order(estimates, 100.0) == [1, 3, 4, 0, 2]   # >= 25 s first, longest first
+    assert deadline_order(estimates, 1000.0) == [1, 0, 2, 3, 4]
 
 
 def test_a_worker_defers_a_job_that_would_end_after_the_deadline_but_always_starts_its_first(tmp_path):
@@ -314,10 +314,7 @@ def test_a_worker_defers_a_job_that_would_end_after_the_deadline_but_always_star
         jobs.put(([tiny(seed=seed, steps=3).to_dict()], estimate))
     jobs.put(None)
     _worker(jobs, done, "ci", str(tmp_path), "cpu", end=time.monotonic() + 600)
-    out = {}
-    while not done.empty():
-        key, seconds, error = done.get_nowait()
-        out[key] = error
+    out = {key: error for key, _, error in (done.get_nowait() for _ in range(done.qsize()))}
     assert out == {tiny(seed=0, steps=3).key: None, tiny(seed=1, steps=3).key: DEFERRED, tiny(seed=2, steps=3).key: None}
     assert Store("ci", tmp_path).get(tiny(seed=1, steps=3)) is None
 

@@ -151,12 +151,12 @@ LONG_SHARE = 0.25
 DEFERRED = "deferred: estimated to end after the deadline"
 
 
-def deadline_order(groups: list, estimates: list, deadline: float | None) -> list[int]:
-    """The order (indices into `groups`) in which workers take the jobs: with a deadline, the jobs estimated at
-    LONG_SHARE of it or more first, longest first, then the rest in their given (priority) order; without one,
-    the given order."""
+def deadline_order(estimates: list, deadline: float | None) -> list[int]:
+    """The order (indices into the jobs, whose estimated seconds are `estimates`) in which workers take them:
+    with a deadline, the jobs estimated at LONG_SHARE of it or more first, longest first, then the rest in
+    their given (priority) order; without one, the given order."""
     if deadline is None:
-        return list(range(len(groups)))
+        return list(range(len(estimates)))
     long = sorted((i for i, e in enumerate(estimates) if e >= LONG_SHARE * deadline), key=lambda i: -estimates[i])
     return long + [i for i, e in enumerate(estimates) if e < LONG_SHARE * deadline]
 
@@ -230,7 +230,7 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
     estimates = [sum(estimate_seconds(s, kind) for s in group) for group in groups]
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
-    for i in deadline_order(groups, estimates, deadline):
+    for i in deadline_order(estimates, deadline):
         jobs.put(([spec.to_dict() for spec in groups[i]], estimates[i]))
     n = min(workers, len(groups))
     for _ in range(n):
