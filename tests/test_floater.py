@@ -94,3 +94,36 @@ def test_the_host_grid_rk4_gives_torchdiffeqs_numbers_and_gradients_exactly(posi
     params = [p0, *h.parameters()]
     for a, b in zip(torch.autograd.grad(ours.square().sum(), params), torch.autograd.grad(ref.square().sum(), params)):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("scheme_kwargs", [{}, {"method": "dopri5"}])
+def test_the_host_solve_gives_the_device_solves_numbers_and_gradients(scheme_kwargs):
+    """solve_on="host" solves with CPU copies of h's parameters and p0 (on a GPU, the copies cross devices):
+    the same solution, and gradients that reach the parameters themselves, equal to a direct solve's."""
+    pos = torch.tensor([3, 0, 7, 7, 12])
+    torch.manual_seed(0)
+    direct = small_model("floater", **scheme_kwargs).scheme
+    torch.manual_seed(0)
+    host = small_model("floater", solve_on="host", **scheme_kwargs).scheme
+    a, b = direct.solve(pos, pos), host.solve_on_host(pos)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    (a * torch.randn_like(a, generator=torch.Generator().manual_seed(1))).sum().backward()
+    (b * torch.randn_like(b, generator=torch.Generator().manual_seed(1))).sum().backward()
+    for (name, p), q in zip(direct.named_parameters(), host.parameters()):
+        assert q.grad is not None and torch.equal(p.grad, q.grad), name
+
+
+def test_solve_on_is_checked():
+    with pytest.raises(ValueError, match="solve_on must be 'device' or 'host'; got 'gpu'"):
+        small_model("floater", solve_on="gpu")
+    with pytest.raises(ValueError, match="solve_on='host' needs adjoint=False"):
+        small_model("floater", solve_on="host", adjoint=True)
+
+
+def test_every_full_floater_run_solves_on_the_host_and_no_ci_run_does():
+    from posenc.runs.plans import FULL_MODEL_OPTIONS, names, plan
+    assert FULL_MODEL_OPTIONS == {"floater": {"solve_on": "host"}}
+    full = [s for n in names() for _, s in plan(n, "full") if s.scheme == "floater"]
+    ci = [s for n in names() for _, s in plan(n, "ci") if s.scheme == "floater"]
+    assert full and all(s.model["solve_on"] == "host" for s in full)
+    assert ci and not any("solve_on" in s.model for s in ci)

@@ -274,11 +274,21 @@ def test_the_cost_model_refit_recovers_floaters_ode_term():
     nope, floater = tiny(scheme="nope"), tiny(scheme="floater")
     assert solve_positions(nope) == 0 and estimate_seconds(nope, "cuda", truth) == estimate_seconds(
         nope, "cuda", {**truth, "ode_step": 1.0})
-    # a synthetic task draws n in [min, L], 2n + 2 tokens: min + L + 2 on average; a corpus batch is L long
-    assert solve_positions(floater) == 1 + 6 + 2
+    # a synthetic task draws n in [min_length, L]: kback (min k + 1 = 3) reads n + 1 tokens, copy 2 n + 1
+    assert solve_positions(floater) == (3 + 6) / 2 + 1
+    assert solve_positions(floater.replace(task_kwargs={"name": "copy"})) == 2 * (1 + 6) / 2 + 1
     corpus = RunSpec(scheme="floater", task="corpus", task_kwargs={"train_length": 128}, model={"causal": True},
                      train={"steps": 10}, seed=0)
     assert solve_positions(corpus) == 128
+    # solved on the host beside a GPU: the host's constant, which the fit neither fits nor is thrown by
+    from posenc.runs.costs import HOST_ODE_STEP
+    host = floater.replace(model={"solve_on": "host"})
+    assert estimate_seconds(host, "cuda", truth) == estimate_seconds(floater, "cuda", {**truth, "ode_step": HOST_ODE_STEP})
+    assert estimate_seconds(host, "cpu", truth) == estimate_seconds(floater, "cpu", truth)   # on a CPU: the same solve
+    hosted = [Record(spec=s.replace(model={"solve_on": "host"}).to_dict(), seconds=estimate_seconds(
+        s.replace(model={"solve_on": "host"}), "cuda", truth), machine="cuda: H200") for s in specs]
+    got = fit(records + hosted, "cuda")
+    assert got["median_error"] < 1e-9 and abs(got["ode_step"] / truth["ode_step"] - 1) < 1e-6
     without = [r for r, s in zip(records, specs) if s.scheme == "nope"]      # nothing to fit it to: the constant
     from posenc.runs.costs import ODE_STEP
     assert fit(without, "cuda")["ode_step"] == ODE_STEP["cuda"]

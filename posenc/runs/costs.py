@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 #: Multiply-adds per second of one run. CPU: one thread, fitted (`--fit`) to the stored ci records (668 runs).
-#: CUDA: one of ten workers sharing an H200, fitted to the 134 timed `full` runs of the 2026-12-04 windows
+#: CUDA: one of ten workers sharing an H200, fitted to the 131 timed `full` runs of the 2026-12-04 windows
 #: (86000 steps in 482 s, 178.6 steps/s in all, in the first; results/bench/windows/). Refitted with the ODE
-#: term below, one run's estimate is off by 22% (median; 31% before) and the sum of the estimates is within
+#: term below, one run's estimate is off by 23% (median; 31% before) and the sum of the estimates is within
 #: 1% of the sum of the times.
 THROUGHPUT = {"cpu": 7.0e10, "cuda": 1.17e12}
 #: Fixed seconds per training step (kernel launches and Python), the floor for small models. CUDA: 12 ms,
@@ -27,10 +27,15 @@ THROUGHPUT = {"cpu": 7.0e10, "cuda": 1.17e12}
 #: time-sharing the GPU, a step's launches, not its arithmetic, set the tier's wall time.
 STEP_OVERHEAD = {"cpu": 0.0062, "cuda": 0.0119}
 #: Seconds of one RK4 step of FLOATER's ODE solve, forward and backward (`solve_positions`), fitted with the
-#: constants above. CUDA: 2 ms, so a FLOATER LM at L = 128 (1000 steps) takes about 290 s where its
-#: multiply-adds say 30: three such runs, started late, were abandoned at the deadline of both calls of
-#: the second 2026-12-04 window. CPU: 0.34 ms.
-ODE_STEP = {"cpu": 0.00034, "cuda": 0.00205}
+#: constants above to the FLOATER kback runs solved on the GPU (112 s for 1200 steps, where sinusoidal took 19 s).
+#: CUDA: 3.9 ms, so a FLOATER LM at L = 128 (1000 steps) solved on the shared GPU takes about 520 s where its
+#: multiply-adds say 30: more than the runner gets of one device call. Three such runs, started late, were
+#: abandoned at the deadline of both calls of the second 2026-12-04 window; `full` FLOATER runs now solve on
+#: the host (`posenc.runs.plans.FULL_MODEL_OPTIONS`). CPU: 0.38 ms, fitted to the ci records.
+ODE_STEP = {"cpu": 0.00038, "cuda": 0.0039}
+#: Seconds of one RK4 step of FLOATER's solve on one CPU core, forward and backward, for the `full` model (d = 128,
+#: 4 layers): 95 ms for 128 positions on this project's CPU machine, one thread. For solve_on="host" on a GPU.
+HOST_ODE_STEP = 0.00074
 #: The design's budget for the `full` tier: the whole book within 15 minutes of one H200. The runner's share
 #: of it: 12 minutes (starting the machine takes the rest), with this many worker processes sharing the GPU
 #: (one CPU core each, of its 16). The tier is sized so that the cost model above fits it in this window.
@@ -41,16 +46,23 @@ def solve_positions(spec) -> float:
     """The RK4 steps of FLOATER's ODE solve in one training step, on average (0 for every other scheme).
 
     FLOATER solves from position 0 to the batch's last one, one RK4 step per position (its step is
-    delta, its time grid t_i = delta * i). A corpus batch has `train_length` positions; a synthetic task
-    draws its length n uniformly from [min_train_length, train_length] per batch, and its sequence holds
-    2 n + 2 tokens, as `RunSpec.cost` counts them: on average min + max + 2.
+    delta, its time grid t_i = delta * i). A corpus batch has `train_length` positions. A synthetic task
+    draws its length n uniformly from [min_length, train_length] per batch; a labelling task (kback,
+    parity, ...) reads n + 1 tokens, a sequence-to-sequence one (copy, reverse, ...) 2 n + 1.
     """
     if spec.scheme != "floater":
         return 0.0
-    length = spec.task_kwargs.get("train_length", 32)
-    if spec.task == "synthetic":
-        return spec.task_kwargs.get("min_train_length", 1) + length + 2.0
-    return float(length)
+    if spec.task != "synthetic":
+        return float(spec.task_kwargs.get("train_length", 32))
+    from ..tasks.synthetic import LABELLING, SyntheticTask
+    task = SyntheticTask(**spec.task_kwargs)
+    n = (task.min_length + task.train_length) / 2
+    return n + 1 if task.name in LABELLING else 2 * n + 1
+
+
+def host_solve(spec, device: str) -> bool:
+    """Whether `spec`'s ODE is solved on the worker's CPU while the rest of it runs on `device` (a GPU)."""
+    return device != "cpu" and spec.model.get("solve_on") == "host"
 
 
 def estimate_seconds(spec, device: str, constants: dict | None = None) -> float:
@@ -58,7 +70,8 @@ def estimate_seconds(spec, device: str, constants: dict | None = None) -> float:
     module's constants for `device`, or `constants` = {"overhead", "throughput", "ode_step"}, e.g. from `fit`)."""
     c = {"overhead": STEP_OVERHEAD[device], "throughput": THROUGHPUT[device], "ode_step": ODE_STEP[device],
          **(constants or {})}
-    return spec.cost() / c["throughput"] + spec.train["steps"] * (c["overhead"] + solve_positions(spec) * c["ode_step"])
+    ode_step = HOST_ODE_STEP if host_solve(spec, device) else c["ode_step"]
+    return spec.cost() / c["throughput"] + spec.train["steps"] * (c["overhead"] + solve_positions(spec) * ode_step)
 
 
 def window_seconds(specs, workers: int = WINDOW["workers"], constants: dict | None = None) -> float:
@@ -80,8 +93,13 @@ def fit(records, device: str) -> dict:
     """
     if device not in THROUGHPUT:
         raise ValueError(f"device must be one of {tuple(THROUGHPUT)}; got {device!r}")
-    rows = [(r.spec.train["steps"], r.spec.cost(), r.spec.train["steps"] * solve_positions(r.spec), r["seconds"])
-            for r in records if r.get("seconds") and str(r.get("machine", "")).startswith(f"{device}:")]
+    rows = []
+    for r in records:
+        if r.get("seconds") and str(r.get("machine", "")).startswith(f"{device}:"):
+            spec, solves = r.spec, r.spec.train["steps"] * solve_positions(r.spec)
+            host = host_solve(spec, device)           # a solve on the host: its constant, not fitted here
+            rows.append((spec.train["steps"], spec.cost(), 0.0 if host else solves,
+                         r["seconds"] - (solves * HOST_ODE_STEP if host else 0.0)))
     if len(rows) < 2:
         raise ValueError(f"records must hold at least 2 timed runs made on {device}; got {len(rows)}")
     steps, cost, solves, seconds = (np.array(c, dtype=float) for c in zip(*rows))
