@@ -29,9 +29,9 @@ STEP_OVERHEAD = {"cpu": 0.0062, "cuda": 0.0119}
 #: Seconds of one RK4 step of FLOATER's ODE solve, forward and backward (`solve_positions`), fitted with the
 #: constants above to the FLOATER kback runs solved on the GPU (112 s for 1200 steps, where sinusoidal took 19 s).
 #: CUDA: 3.9 ms, so a FLOATER LM at L = 128 (1000 steps) solved on the shared GPU takes about 520 s where its
-#: multiply-adds say 30: more than the runner gets of one device call. Three such runs, started late, were
-#: abandoned at the deadline of both calls of the second 2026-12-04 window; `full` FLOATER runs now solve on
-#: the host (`posenc.runs.plans.FULL_MODEL_OPTIONS`). CPU: 0.38 ms, fitted to the ci records.
+#: multiply-adds say 30: more than the runner gets of one device call. Six such runs were in flight at the
+#: deadline of both calls of the second 2026-12-04 window, and abandoned; `full` FLOATER runs now solve on the
+#: host (`posenc.runs.plans.FULL_MODEL_OPTIONS`). CPU: 0.38 ms, fitted to the ci records.
 ODE_STEP = {"cpu": 0.00038, "cuda": 0.0039}
 #: Seconds of one RK4 step of FLOATER's solve on one CPU core, forward and backward, for the `full` model (d = 128,
 #: 4 layers): 95 ms for 128 positions on this project's CPU machine, one thread. For solve_on="host" on a GPU.

@@ -143,8 +143,7 @@ def seed_groups(specs, stack: bool) -> list[list]:
 
 
 #: With a deadline, a job estimated to need at least this share of it starts first, longest first: a run that
-#: needs most of a call and starts late is abandoned at the deadline, and its worker's time with it (the three
-#: FLOATER LMs of the second 2026-12-04 window, about 290 s each, were abandoned in both of its calls).
+#: needs most of a call and starts late is abandoned at the deadline, and its worker's time with it.
 LONG_SHARE = 0.25
 #: What a worker reports, in place of an error, for a job it did not start because its estimate ends after the
 #: deadline: the next call runs it, and the worker takes a shorter one.
