@@ -17,7 +17,7 @@ from posenc.model import build_model, lm_loss
 from posenc.runs import RunSpec, Store, run_specs
 from posenc.runs.execute import execute, seed_groups
 from posenc.runs.recipes import SPLIT, stack_refusal
-from posenc.runs.stacked import check_stackable, clip_per_seed, stack_models, train_stacked
+from posenc.runs.stacked import STACKED_SDPA, check_stackable, clip_per_seed, stack_models, train_stacked
 from posenc.tasks import make_task
 
 from conftest import small_model
@@ -407,13 +407,12 @@ def test_a_nan_stacked_loss_brings_the_variants_that_name_its_cause(monkeypatch)
     correctly aligned") is a NaN loss and its error, not a crashed probe. Here a stand-in that is NaN under
     autocast and raises when the fused kernels are allowed shows the plumbing."""
     import posenc.bench.stacking as stacking
-    from posenc.runs import stacked
     real = stacking.train_stacked
 
-    def fails_like_the_h200(models, task, cfgs, loss_fn=None):
-        if stacked.STACKED_SDPA != SDPBackend.MATH:
+    def fails_like_the_h200(models, task, cfgs, loss_fn=None, *, sdpa=STACKED_SDPA):
+        if sdpa != SDPBackend.MATH:
             raise RuntimeError("LSE is not correctly aligned (strideH)\nmore lines")
-        out = real(models, task, cfgs, loss_fn)
+        out = real(models, task, cfgs, loss_fn, sdpa=sdpa)
         if cfgs[0].amp == "auto":
             for r in out:
                 r.final_loss = float("nan")
@@ -427,7 +426,6 @@ def test_a_nan_stacked_loss_brings_the_variants_that_name_its_cause(monkeypatch)
     assert math.isnan(row["loss_stacked_fused"])
     assert row["error_stacked_fused"] == "RuntimeError: LSE is not correctly aligned (strideH)"
     assert row["loss_stacked_fp32"] == pytest.approx(row["loss_single"], rel=1e-4)   # fp32 on the CPU: the same run
-    assert stacked.STACKED_SDPA == SDPBackend.MATH                                    # the variant's patch undone
     monkeypatch.setattr(stacking, "train_stacked", real)
     [row] = list(stacking.stacking_costs(("nope",), steps=2, seq_len=8, batch_size=2, d_model=16, n_heads=2,
                                          n_layers=1, rounds=1))

@@ -66,17 +66,10 @@ def stacked_variants(model, task, cfgs) -> dict:
     SDPA free to pick its fused kernels (what `STACKED_SDPA` rules out). A variant that raises gives a NaN
     loss and its error, one line, as `error_stacked_fp32` / `error_stacked_fused`."""
     from dataclasses import replace
-    from unittest import mock
     from torch.nn.attention import SDPBackend
-
-    from ..runs import stacked
     every = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]
-    def fused():
-        with mock.patch.object(stacked, "STACKED_SDPA", every):
-            return train_stacked([model(c) for c in cfgs], task, cfgs)
-
     variants = {"fp32": lambda: train_stacked([model(c) for c in cfgs], task, [replace(c, amp="off") for c in cfgs]),
-                "fused": fused}
+                "fused": lambda: train_stacked([model(c) for c in cfgs], task, cfgs, sdpa=every)}
     out = {}
     for name, run in variants.items():
         try:

@@ -9,7 +9,7 @@ seconds of a step (kernel launches and Python: the floor for small models), `thr
 multiply-adds per second one worker sustains, and, for FLOATER alone, `positions` the RK4 steps of its
 ODE solve in one training step (`solve_positions`: one per position, in sequence) and `ode_step` the
 seconds of one of them, forward and backward. That last term is launches, not arithmetic: on the H200 it
-made a FLOATER LM at L = 128 run ten times longer than its multiply-adds say. The constants are fitted to
+made a FLOATER LM at L = 128 run some sixteen times longer than its multiply-adds say. The constants are fitted to
 stored runs (`fit`), whose recorded wall time includes their evaluation.
 """
 from __future__ import annotations

@@ -23,6 +23,7 @@ with warnings.catch_warnings():  # tqdm.auto warns when ipywidgets is absent, th
     warnings.simplefilter("ignore")
     from tqdm.auto import tqdm
 
+from . import costs
 from .recipes import get_recipe
 from .spec import RunSpec
 from .store import Record, Store
@@ -224,9 +225,9 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
         bar.close()
         return {"done": done, "failed": failed, "abandoned": [], "deferred": []}
     end = None if deadline is None else time.monotonic() + deadline
-    from .costs import estimate_seconds
-    kind = "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
-    estimates = [sum(estimate_seconds(s, kind) for s in group) for group in groups]
+    from .train import pick_device
+    kind = "cuda" if pick_device(device).type == "cuda" else "cpu"
+    estimates = [sum(costs.estimate_seconds(s, kind) for s in group) for group in groups]
     ctx = mp.get_context("spawn")
     jobs, results = ctx.Queue(), ctx.Queue()
     for i in deadline_order(estimates, deadline):

@@ -148,13 +148,14 @@ def stacked_step(step_losses, params: dict, buffers: dict, batch, opt, dtype, gr
 STACKED_SDPA = SDPBackend.MATH
 
 
-def train_stacked(models: list, task, cfgs: list, loss_fn=None) -> list[TrainResult]:
+def train_stacked(models: list, task, cfgs: list, loss_fn=None, *, sdpa=STACKED_SDPA) -> list[TrainResult]:
     """Train `models` (one architecture, one seed each) as one stacked model; returns their `TrainResult`s.
 
     `cfgs[k]` is model k's `TrainConfig`; they must differ in `seed` only (`check_stackable`).
     Each model is trained in place, as `posenc.train(models[k], task, cfgs[k], loss_fn)` would
     train it, up to rounding (see the module), and left in eval mode. `loss_fn(model, x, y)` as
-    in `train`. `seconds` is the wall time of the whole stacked call, in every result.
+    in `train`. `seconds` is the wall time of the whole stacked call, in every result. `sdpa`: the
+    SDPA backends allowed (`torch.nn.attention.sdpa_kernel`; STACKED_SDPA, whose comment says why).
     """
     check_stackable(models, cfgs)
     device = pick_device(cfgs[0].device)
@@ -166,7 +167,7 @@ def train_stacked(models: list, task, cfgs: list, loss_fn=None) -> list[TrainRes
     if backend == "auto":                   # FlexAttention (bias schemes' long sequences on CUDA) has no vmap rule
         base.attention_backend = "sdpa"
     try:
-        with sdpa_kernel(STACKED_SDPA):         # the fused kernels fail under vmap: see STACKED_SDPA
+        with sdpa_kernel(sdpa):
             return _train(models, task, cfgs, loss_fn, device, dtype)
     finally:
         if backend == "auto":
