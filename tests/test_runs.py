@@ -155,6 +155,18 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_records(tmp_path)
         assert store.get(s)["history"] == reference.get(s)["history"]
 
 
+def test_a_write_killed_before_its_rename_leaves_a_temporary_file_that_the_next_write_of_that_path_removes(tmp_path):
+    """atomic_write's temporary file outlives a SIGKILL between the write and the rename; the next write of the same
+    record removes it (the test above kills a runner at random moments and expects none left), and leaves another
+    record's alone."""
+    from posenc.runs.store import atomic_write
+    (tmp_path / ".a.json.k1ll3d.tmp").write_text("{partial")
+    (tmp_path / ".b.json.k1ll3d.tmp").write_text("{partial")
+    (tmp_path / ".a.json.x.json.tmp").write_text("another path's")        # .a.json.x.json's, not a.json's
+    atomic_write(tmp_path / "a.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.json.x.json.tmp", ".b.json.k1ll3d.tmp", "a.json"]
+
+
 def test_every_chapter_plan_is_a_list_of_labelled_specs():
     for name in names():
         for profile in ("ci", "full"):

@@ -7,6 +7,7 @@ again and the file replaced, never merged.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -33,9 +34,16 @@ def results_root() -> Path:
 
 
 def atomic_write(path: Path, data: bytes | str) -> Path:
-    """Write `data` to `path` through a temporary file in the same folder and a rename."""
+    """Write `data` to `path` through a temporary file in the same folder and a rename.
+
+    A process killed between the two (SIGKILL, a GPU window's deadline) leaves its hidden temporary file
+    behind; the next write of the same path removes it (one writer per path: a run's record is written by
+    the one worker that runs it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if "." not in stale.name[len(path.name) + 2:-len(".tmp")]:     # mkstemp's part has no dot: this path's own
+            stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
