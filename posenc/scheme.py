@@ -53,7 +53,8 @@ def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:
     low, high = positions.min(), positions.max()
     if positions.is_floating_point():
         return None, tuple(torch.stack([low, high]).tolist())
-    steps = (positions.diff() == 1).all() if len(positions) > 1 else torch.ones((), dtype=torch.bool)
+    one = torch.ones((), dtype=torch.bool, device=positions.device)    # where positions are: stacked with them
+    steps = (positions.diff() == 1).all() if len(positions) > 1 else one
     low, high, consecutive = torch.stack([low, high, steps.long()]).tolist()
     return (low if consecutive else None), (low, high)
 
