@@ -13,7 +13,7 @@
 #                Unpack call 1's parts first: each call replaces the machine's store with this tree's.
 #   at the end:  bash scripts/device_tree.sh back && git add results/full && git commit
 #
-# First a 20-second probe (`python -m posenc.bench --only stacking`): three seeds trained one by one
+# First a 30-second probe (`python -m posenc.bench --only stacking`): three seeds trained one by one
 # against the same three as one stacked model (torch.func.vmap). The runner then stacks seeds
 # (--stack-seeds) only if that measured faster here, by 1.2x or more, with the same final losses
 # (within 2%: bf16 rounding); STACK=1 or STACK=0 skips the probe and decides.
@@ -24,17 +24,19 @@
 # The runner takes the missing `full` runs of every chapter in priority order, the runs that need a quarter of
 # the deadline or more first (longest first), stores each the moment it ends, starts none that its cost model
 # says would end after the deadline, and stops cleanly there (a run in flight is abandoned and the next window
-# resumes it). WORKERS=10 skips the worker probe (70 s); both 2026-12-04 windows ran 10 set by hand, so the probe
+# resumes it). WORKERS=10 skips the worker probe (70 s); the 2026-12-04 windows all ran 10 set by hand, so the probe
 # has yet to run on a GPU, and one window should let it (its answer then holds for the rest). The stacking probe
-# (45 s) is worth one more window: its stacked loss was NaN on the H200 under SDPA's fused kernels, and stacked
-# training now runs the math kernel (posenc.runs.stacked.STACKED_SDPA), not yet tried on CUDA.
+# (60 s) times NoPE, RoPE and ALiBi: in the third 2026-12-04 window it timed NoPE and RoPE alone (1.24x, same
+# losses), and every stacked group with a mask or both directions then failed in the runner (a softmax backward
+# with two dtypes under SDPA's math kernel; those now take posenc.attention's explicit path) and fell back to
+# training seed by seed. ALiBi's row puts that path in the probe: if it fails, nothing is stacked.
 # What comes back through $OUT: the runs finished in this call (the store's new files, each run's weights
 # before its record) as one archive split into parts of PART bytes (scripts/pack_new.sh: the device tool
 # brings back files of at most 16 MiB, 8 files, 64 MiB in all), the runner's log with the probe's table, and the
 # dry-run before and after with the cost model refitted to this window (dry_run.txt).
 # If the whole tier is done before the deadline, the time left to the call's budget goes to the
 # CUDA cost table (scripts/gpu_costs.sh: cuda.json, bench.log), after the store is packed.
-# Budget of one device call (600 s): probes <= 145 s, runner 400 s, then about 25 s to list, refit and pack the
+# Budget of one device call (600 s): probes <= 160 s, runner 400 s, then about 25 s to list, refit and pack the
 # store (BUDGET, 570 s, bounds the optional cost table). Keep DEADLINE so that the whole script ends before the
 # call's limit: the archive is made before anything optional.
 # Rehearsal without a GPU (tests/test_gpu_window.py runs it in a throwaway copy of the repository):
@@ -74,7 +76,7 @@ except Exception as err:
     print('$3'); print('no $1 probe:', err, file=sys.stderr)" 2>> "$OUT/runner.log"
 }
 : > "$OUT/runner.log"
-[ -n "${STACK:-}" ] || STACK=$(probe stacking 45 0 "
+[ -n "${STACK:-}" ] || STACK=$(probe stacking 60 0 "
     from posenc.bench.stacking import stack_decision
     ok, why = stack_decision(rows)
     print(int(ok)); print(why, file=sys.stderr)")

@@ -430,3 +430,35 @@ def test_a_nan_stacked_loss_brings_the_variants_that_name_its_cause(monkeypatch)
     [row] = list(stacking.stacking_costs(("nope",), steps=2, seq_len=8, batch_size=2, d_model=16, n_heads=2,
                                          n_layers=1, rounds=1))
     assert "loss_stacked_fp32" not in row                     # finite: no variants run
+
+
+@pytest.mark.parametrize("scheme, causal", [("alibi", True), ("t5", True), ("nope", False), ("rope", False)])
+def test_stacked_attention_with_a_mask_or_both_directions_softmaxes_in_float32_without_sdpa(monkeypatch, scheme,
+                                                                                            causal):
+    """Under vmap and bf16 autocast, SDPA's math kernel gave such groups a softmax whose backward saw two dtypes on the
+    H200 (`posenc.attention._stacked`). Stacked, they take the explicit path: no SDPA call, and every softmax and its
+    backward in float32, forward and gradient alike."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+    calls, sdpa = [], F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+
+    class Softmaxes(TorchDispatchMode):
+        dtypes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("_softmax", "_safe_softmax", "_softmax_backward_data"):
+                self.dtypes.append((func.__name__, {a.dtype for a in args if isinstance(a, torch.Tensor)}))
+            return func(*args, **(kwargs or {}))
+
+    models = seeded(scheme, [0, 1], causal=causal)
+    params, buffers, step_losses = stack_models(models, lambda m, x, y: lm_loss(m(x), y))
+    x = torch.randint(0, models[0].vocab_size, (2, 2, 8))
+    with host_checked(), Softmaxes():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            losses = step_losses(params, buffers, x, x)
+        losses.sum().backward()
+    assert not calls
+    assert {name.split(".")[0] for name, _ in Softmaxes.dtypes} == {"_softmax", "_softmax_backward_data"}
+    assert all(d == {torch.float32} for _, d in Softmaxes.dtypes), Softmaxes.dtypes
+    assert torch.isfinite(losses).all()

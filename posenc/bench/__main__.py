@@ -65,7 +65,7 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
                          "bias": bias_backend_costs(device=device)}),
         "stacking": (f"3 seeds of a causal LM (d=128, 4 layers, 4 heads, batch 32, seq 128, corpus) trained {stack_steps} "
                      f"steps one by one / as one stacked model (torch.func.vmap), best of {stack_rounds}, {clock} time",
-                     lambda: stacking_costs(("nope", "rope"), steps=stack_steps, rounds=stack_rounds, device=device,
+                     lambda: stacking_costs(("nope", "rope", "alibi"), steps=stack_steps, rounds=stack_rounds, device=device,
                                             clock=clock)),
         "workers": ("aggregate training steps/s of W processes sharing the device, each stepping a causal LM (RoPE, "
                     "d=128, 4 layers, batch 32, seq 128, corpus) for 6 s after a barrier",

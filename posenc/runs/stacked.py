@@ -145,6 +145,8 @@ def stacked_step(step_losses, params: dict, buffers: dict, batch, opt, dtype, gr
 #: under `torch.func.vmap` the fused kernels fail. On the H200 (torch 2.11, 2026-12-04 windows) the stacked
 #: loss was NaN under bf16 autocast, and without autocast the memory-efficient kernel's backward raised
 #: "LSE is not correctly aligned (strideH)"; on the CPU the flash kernel has no vmap rule and ran seed by seed.
+#: Only causal, unmasked attention reaches SDPA under vmap: with a mask or both directions the math kernel failed
+#: too (`posenc.attention._stacked`), and those take the explicit path.
 STACKED_SDPA = SDPBackend.MATH
 
 
