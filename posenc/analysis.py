@@ -140,32 +140,40 @@ def steps_to_reach(history: list, target: float, window: int = 3) -> float:
     return next((step for step, loss in smooth(history, window) if loss <= target), math.inf)
 
 
-def left_plateau_step(history: list, drop: float = 0.05, *, start_fraction: float = 0.1) -> float:
-    """First logged step whose smoothed loss is `drop` below the loss at `start_fraction` of training; inf if never.
+def left_plateau_step(history: list, drop: float = 0.05, *, plateau: float | None = None,
+                      start_fraction: float = 0.1) -> float:
+    """First logged step whose smoothed loss is `drop` below the plateau; inf if never.
 
     Masked-LM runs first sit at the unigram plateau (loss ~ the unigram entropy); this is
-    the step at which a run leaves it.
+    the step at which a run leaves it. `plateau` is the training loss there when it is known
+    (for `posenc.tasks.MaskedLMWithCLS`, the unigram entropy plus ln 2: a [CLS] guess); without
+    it, the smoothed loss at `start_fraction` of training stands in, which only works where the
+    run has reached the plateau by then (in a long run the loss is still falling towards it at
+    10%, and every run "leaves" a few logs later).
     """
     curve = smooth(history)
     if not curve:
         raise ValueError("empty history")
-    first = curve[-1][0] * start_fraction
-    plateau = next(loss for step, loss in curve if step >= first)
+    if plateau is None:
+        first = curve[-1][0] * start_fraction
+        plateau = next(loss for step, loss in curve if step >= first)
     return next((step for step, loss in curve if loss <= plateau - drop), math.inf)
 
 
-def plateau_table(rows: Table, histories: dict, entropy: float, *, by: str = "model", drop: float = 0.05) -> Table:
+def plateau_table(rows: Table, histories: dict, entropy: float, *, by: str = "model", drop: float = 0.05,
+                  plateau: float | None = None) -> Table:
     """Masked-LM runs against the unigram plateau, one row per value of `by`.
 
     rows: held-out metrics with columns `by`, seed and mlm; histories: {(value, seed): history}.
     Columns: seeds_below_H (runs whose held-out MLM is below entropy - drop), seeds, mean_mlm,
-    leave_step_median (median `left_plateau_step` over seeds; inf when a run never left).
+    leave_step_median (median `left_plateau_step` over seeds, with `plateau` the training loss at
+    the plateau; inf when a run never left).
     """
     rows = Table(rows)
     out = Table()
     for name in dict.fromkeys(rows.column(by)):
         sub = rows.where(**{by: name})
-        steps = sorted(left_plateau_step(histories[(name, r["seed"])], drop) for r in sub)
+        steps = sorted(left_plateau_step(histories[(name, r["seed"])], drop, plateau=plateau) for r in sub)
         out.append({by: name, "seeds_below_H": sum(r["mlm"] < entropy - drop for r in sub), "seeds": len(sub),
                     "mean_mlm": mean(sub.column("mlm")), "leave_step_median": steps[len(steps) // 2]})
     return out

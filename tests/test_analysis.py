@@ -128,6 +128,20 @@ def test_plateau_table_reports_the_median_step_at_which_seeds_leave_the_plateau(
     assert n["leave_step_median"] == math.inf and n["seeds_below_H"] == 0
 
 
+def test_a_run_still_falling_at_a_tenth_of_training_leaves_only_a_known_plateau():
+    """In a long run the loss at 10% of training is still on its way down to the plateau: read there, the
+    plateau is left a few logs later by every run (the full tier's 1000-step pre-training: step 150 for all).
+    Given the plateau's loss, a run that settles on it never leaves, and one that goes below it leaves there."""
+    falling_then_flat = [{"step": s, "loss": max(3.9, 4.6 - 0.01 * s)} for s in range(50, 1001, 50)]
+    assert left_plateau_step(falling_then_flat) == 200                       # the stand-in "leaves" a flat run
+    assert left_plateau_step(falling_then_flat, plateau=3.9) == math.inf
+    leaving = [{"step": s, "loss": h["loss"] - (0.5 if s >= 600 else 0.0)} for s, h in
+               zip(range(50, 1001, 50), falling_then_flat)]
+    assert left_plateau_step(leaving, plateau=3.9) == 600                    # its first log below
+    rows = Table([{"model": "m", "seed": 0, "mlm": 3.0}])
+    assert plateau_table(rows, {("m", 0): leaving}, 3.2, plateau=3.9)[0]["leave_step_median"] == 600
+
+
 def test_findings_table_and_summary_follow_the_rows():
     from posenc.analysis import beyond_scores, findings, findings_summary, mean_reciprocal_rank
     rows = Table()

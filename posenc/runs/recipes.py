@@ -249,7 +249,8 @@ def classify(spec, device: str = "cpu") -> Training:
 
 @recipe("rope_extension")
 def rope_extension(spec, device: str = "cpu") -> dict:
-    """Chapter 11: a RoPE LM trained at L (the `sequence` recipe, same numbers), then extended to 4L.
+    """Chapter 11: a RoPE LM trained at L (the `sequence` recipe: the same numbers on a CPU; a GPU's kernels may
+    differ in the last digits from one run to another), then extended to 4L.
 
     Variants: position interpolation (PI) and NTK-aware scaling by options["factor"], each with
     and without a short fine-tune on windows of 4L (options ft_steps, ft_batch), and plain RoPE
@@ -287,8 +288,8 @@ def rope_scalings(spec, device: str = "cpu") -> dict:
     """Chapter 16: a RoPE model trained on its task at L, then read under other frequencies, with and without
     a short fine-tune at a longer length.
 
-    The base model is the `sequence` recipe's (same training, same numbers: chapter 11's RoPE LM with this
-    recipe trains the very same model). options:
+    The base model is the `sequence` recipe's (same training, the same numbers on a CPU: chapter 11's RoPE LM
+    with this recipe trains the very same model; a GPU may differ in the last digits between runs). options:
         variants: [[name, scaling, params, finetune], ...]: a copy of the base model gets
             `scheme.set_scaling(scaling, factor, **params)` (scaling None: as trained), and with finetune
             ft_steps steps of ft_batch sequences of up to ft_factor * L at lr ft_lr. A rope_type that takes

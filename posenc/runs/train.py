@@ -246,7 +246,8 @@ def optimizer_step(model, loss_fn, batch, opt, scaler, dtype, grad_clip: float) 
     return loss.detach()                      # read at the next log
 
 
-def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resume: str = "check") -> TrainResult:
+def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resume: str = "check",
+          stop: int | None = None) -> TrainResult:
     """Train `model` on `task.train_batch(batch_size, generator, causal)` for `cfg.steps` steps.
 
     `loss_fn(model, inputs, targets)` overrides the default next-token / masked-token
@@ -257,12 +258,15 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     `positions`, as `classification_loss` does); evaluation is untouched (positions 0..n-1,
     or `RandomPositions` for the paper's randomized evaluation). Returns the history; the model is
     trained in place and left in eval mode. resume: "check" (a checkpoint made with other
-    settings or another model is a ValueError naming the fields) or "override".
+    settings or another model is a ValueError naming the fields) or "override". `stop`: end after
+    that many steps, on the schedule of all `cfg.steps` (a replay of a run's start, `posenc.runs.replay`).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a posenc.TrainConfig; got {type(cfg).__name__}")
     if resume not in ("check", "override"):
         raise ValueError(f"resume must be 'check' or 'override'; got {resume!r}")
+    if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or not 1 <= stop <= cfg.steps):
+        raise ValueError(f"stop must be None or an int in [1, steps={cfg.steps}]; got {stop!r}")
     device = pick_device(cfg.device)
     dtype = amp_dtype(cfg.amp, device)
     model.to(device)
@@ -282,7 +286,8 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     check = getattr(model, "check_inputs", None)   # the input checks the step skips (posenc.host)
     t0 = time.perf_counter()
     model.train()
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not cfg.progress,
+    end = cfg.steps if stop is None else max(start, stop)
+    bar = tqdm(range(start, end), initial=start, total=end, disable=not cfg.progress,
                desc=type(model.scheme).__name__ if hasattr(model, "scheme") else "train")
     for step in bar:
         x, y, kw = training_batch(task, cfg, step, model.causal)
