@@ -225,9 +225,9 @@ def test_ensure_refuses_a_worker_count_that_is_not_a_positive_int(workers, tmp_p
         ensure([tiny()], "ci", store=Store("ci", root=tmp_path), workers=workers)
 
 
-@pytest.mark.xfail(strict=True, reason="refitted to the 134 runs of the 2026-12-04 H200 windows: 12 ms a step with "
-                   "ten workers time-sharing the GPU, FLOATER's solve 2 ms a position, so the tier needs about 22 "
-                   "minutes, not the design's 12 (issue 15). "
+@pytest.mark.xfail(strict=True, reason="refitted to the 439 runs of the 2026-12-04 H200 windows: 10 ms a step with "
+                   "ten workers time-sharing the GPU, so the tier needs about 16 minutes, not the design's 12 "
+                   "(issue 15; the third window stored 311 runs in 10.5 minutes). "
                    "Strict: the day the step gets cheaper (stacked seeds, CUDA graphs), this passes and must be unmarked.")
 def test_the_whole_full_tier_fits_the_designs_h200_window_by_the_measured_cost_model():
     """design.md: `full` is the whole book within 15 minutes of one H200 (12 of them the runner's). The runner's

@@ -17,15 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 #: Multiply-adds per second of one run. CPU: one thread, fitted (`--fit`) to the stored ci records (668 runs).
-#: CUDA: one of ten workers sharing an H200, fitted to the 131 timed `full` runs of the 2026-12-04 windows
-#: (86000 steps in 482 s, 178.6 steps/s in all, in the first; results/bench/windows/). Refitted with the ODE
-#: term below, one run's estimate is off by 23% (median; 31% before) and the sum of the estimates is within
-#: 1% of the sum of the times.
-THROUGHPUT = {"cpu": 7.0e10, "cuda": 1.17e12}
-#: Fixed seconds per training step (kernel launches and Python), the floor for small models. CUDA: 12 ms,
+#: CUDA: one of ten workers sharing an H200, fitted to the 439 timed `full` runs of the three 2026-12-04 windows
+#: (the third stored 311 runs in 628 s of two calls, 463.7 and 364.5 steps/s in all; results/bench/windows/).
+#: One run's estimate is off by 26% (median).
+THROUGHPUT = {"cpu": 7.0e10, "cuda": 1.27e12}
+#: Fixed seconds per training step (kernel launches and Python), the floor for small models. CUDA: 10 ms,
 #: about what one process alone takes to step a 4-layer model (the stacking probe): with ten processes
 #: time-sharing the GPU, a step's launches, not its arithmetic, set the tier's wall time.
-STEP_OVERHEAD = {"cpu": 0.0062, "cuda": 0.0119}
+STEP_OVERHEAD = {"cpu": 0.0062, "cuda": 0.0103}
 #: Seconds of one RK4 step of FLOATER's ODE solve, forward and backward (`solve_positions`), fitted with the
 #: constants above to the FLOATER kback runs solved on the GPU (112 s for 1200 steps, where sinusoidal took 19 s).
 #: CUDA: 3.9 ms, so a FLOATER LM at L = 128 (1000 steps) solved on the shared GPU takes about 520 s where its
