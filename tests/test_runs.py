@@ -761,3 +761,13 @@ def test_the_runner_can_be_limited_to_some_tasks(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "posenc.runs", "--chapters", "15_comparison", "--tasks", "nothing",
                           "--dry-run"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert bad.returncode == 2 and "--tasks" in bad.stderr and "nothing" in bad.stderr
+
+
+def test_every_stored_full_record_was_made_on_a_gpu():
+    """Issue 15's rule: `full` is the GPU tier. A record trained elsewhere (`--device cpu` by hand) does not belong
+    in the committed store, whatever its numbers."""
+    from posenc.runs.store import results_root
+    records = sorted((results_root() / "full" / "runs").glob("*.json"))
+    machines = {p.name: json.loads(p.read_text()).get("machine", "") for p in records}
+    assert records and all(m.startswith("cuda") for m in machines.values()), \
+        {k: v for k, v in machines.items() if not v.startswith("cuda")}
