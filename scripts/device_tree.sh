@@ -2,7 +2,8 @@
 # Sets the store's weights aside before a device call, and puts them back after:
 #
 #   bash scripts/device_tree.sh aside    every results/*/runs/*.pt moved to .weights-aside/ (ignored by git),
-#                                        an empty file left in its place
+#                                        an empty file left in its place; again after unpacking a call's runs,
+#                                        it sets aside the weights that came back (those already aside stay)
 #   bash scripts/device_tree.sh back     each one put back where it was, and .weights-aside/ removed
 #
 # Why: a device call sends the working tree, which must stay under 64 MiB, and the runs' weights (runs
@@ -15,9 +16,9 @@ cd "$(dirname "$0")/.."
 ASIDE=.weights-aside
 case "${1:-}" in
     aside)
-        if [ -d "$ASIDE" ]; then echo "$ASIDE/ exists: the weights are aside already (run 'back' first)" >&2; exit 1; fi
         n=0
         while IFS= read -r f; do
+            if [ -e "$ASIDE/$f" ]; then echo "$ASIDE/$f exists and $f is not empty: put back first ('back')" >&2; exit 1; fi
             mkdir -p "$ASIDE/$(dirname "$f")"
             mv "$f" "$ASIDE/$f" && : > "$f"
             n=$((n + 1))

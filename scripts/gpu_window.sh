@@ -5,8 +5,9 @@
 #                bash scripts/device_tree.sh aside      (the store's weights set aside: the tree that travels must stay
 #                                                        under 64 MiB, and the runner reads records, not weights)
 #   call 1:      bash scripts/gpu_window.sh             (timeout_s 600, carry [".whl"]; DEADLINE=400 by default)
-#   back here:   cat <files_at>/store.tgz.* | tar xzf -   (the runs this call finished, in parts of under 16 MiB)
-#                [ -f <files_at>/cuda.json ] && cp <files_at>/cuda.json results/bench/cuda.json
+#   back here:   bash scripts/device_unpack.sh <files_at>  (the runs this call finished, in parts of under 16 MiB,
+#                                                        unpacked; their weights set aside, or call 2 is refused
+#                                                        for a tree over 64 MiB; cuda.json copied if it came)
 #   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 2 minutes
 #   of the session's device time are left (status: budget_left_s), with timeout_s = that time - 20:
 #                STACK=<call 1's> WORKERS=<call 1's> DEADLINE=<that time - 80> bash scripts/gpu_window.sh   (carry [".whl"])

@@ -174,11 +174,22 @@ def test_the_runs_a_window_finished_come_back_in_parts_the_device_tool_can_carry
     joined = b"".join(p.read_bytes() for p in sorted(parts, key=lambda p: int(p.suffix[1:])))
     with tarfile.open(fileobj=io.BytesIO(joined)) as tar:
         assert {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()} == new
+    # Back here: scripts/device_unpack.sh puts them into another checkout's store and sets their weights aside.
+    here = repo.parent / "here"
+    shutil.copytree(repo / "scripts", here / "scripts")
+    (here / STORE).mkdir(parents=True)
+    proc = subprocess.run(["bash", "scripts/device_unpack.sh", str(out)], cwd=here, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.read_bytes() for p in (here / STORE).iterdir()} == {
+        n: (b"" if n.endswith(".pt") else d) for n, d in new.items()}                  # weights: empty, aside
+    assert {p.name: p.read_bytes() for p in (here / ".weights-aside" / STORE).iterdir()} == {
+        n: d for n, d in new.items() if n.endswith(".pt")}
 
 
 def test_the_weights_set_aside_for_a_device_call_come_back_byte_for_byte(tmp_path):
     """scripts/device_tree.sh: `aside` leaves an empty file for each weights file (the record stays whole for the
-    runner), `back` restores every byte, and a second `aside` is refused while the first is out."""
+    runner), `back` restores every byte, and a second `aside` after a call's runs came back sets aside their weights
+    too (the 2026-12-04 window's second call was refused: call 1's weights took the tree over 64 MiB)."""
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "scripts", copy / "scripts")
     weights = sorted((ROOT / "results").glob("*/runs/*.pt"))[:3]
@@ -189,10 +200,15 @@ def test_the_weights_set_aside_for_a_device_call_come_back_byte_for_byte(tmp_pat
     run = lambda verb: subprocess.run(["bash", "scripts/device_tree.sh", verb], cwd=copy, capture_output=True, text=True)
     assert run("aside").returncode == 0
     assert all((copy / w.relative_to(ROOT)).stat().st_size == 0 for w in weights)
-    refused = run("aside")
-    assert refused.returncode == 1 and "aside already" in refused.stderr
+    arrived = copy / "results" / "full" / "runs" / "0000000000000000.pt"      # a run unpacked from the call
+    arrived.parent.mkdir(parents=True, exist_ok=True)
+    arrived.write_bytes(weights[0].read_bytes())
+    again = run("aside")
+    assert again.returncode == 0 and "1 weights files" in again.stdout and arrived.stat().st_size == 0
+    assert all((copy / w.relative_to(ROOT)).stat().st_size == 0 for w in weights)
     assert run("back").returncode == 0
     assert all((copy / w.relative_to(ROOT)).read_bytes() == w.read_bytes() for w in weights)
+    assert arrived.read_bytes() == weights[0].read_bytes()
     assert not (copy / ".weights-aside").exists()
     if (ROOT / ".git").exists():                                # aside, they neither travel nor get committed
         ignored = subprocess.run(["git", "check-ignore", "-q", ".weights-aside/results/full/runs/0.pt"], cwd=ROOT)
