@@ -179,6 +179,18 @@ def plateau_table(rows: Table, histories: dict, entropy: float, *, by: str = "mo
     return out
 
 
+def plateau_sentence(plateau: Table, entropy: float, *, by: str = "model") -> str:
+    """One sentence naming the rows of `plateau_table` with no seed below the unigram plateau ("" if none):
+    the models whose losses compare what they learned of the characters' frequencies, nothing more."""
+    stuck = [r[by] for r in plateau if r["seeds_below_H"] == 0]
+    if not stuck:
+        return ""
+    one = len(stuck) == 1
+    return (f"At this tier {', '.join(stuck)} end{'s' if one else ''} on the unigram plateau on every seed (held-out "
+            f"loss near H = {entropy:.3f} nats): {'it has' if one else 'they have'} learned the characters' frequencies "
+            f"and not yet what their neighbours say.")
+
+
 def seed_gap(rows: Table, a: str, b: str, metric: str = "mlm", by: str = "model") -> dict:
     """Mean of `metric` for b minus a over seeds, the larger of the two seed ranges, and a verdict.
 

@@ -418,3 +418,13 @@ def test_table_to_json_writes_through_a_rename(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", lambda a, b: (calls.append((a, b)), real(a, b))[1])
     Table([{"a": 1}]).to_json(path)
     assert calls and calls[0][1] == path and path.read_text() == '[\n {\n  "a": 1\n }\n]\n'
+
+
+def test_the_plateau_sentence_names_the_models_with_no_seed_below_the_plateau():
+    from posenc.analysis import plateau_sentence
+    plateau = Table([{"model": "A", "seeds_below_H": 0}, {"model": "B", "seeds_below_H": 2},
+                     {"model": "C", "seeds_below_H": 0}])
+    text = plateau_sentence(plateau, 3.2141)
+    assert text.startswith("At this tier A, C end on the unigram plateau") and "H = 3.214 nats" in text
+    assert "it has" in plateau_sentence(plateau.where(model="A"), 3.0)
+    assert plateau_sentence(plateau.where(model="B"), 3.0) == ""
