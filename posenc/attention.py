@@ -171,9 +171,9 @@ def _stacked(q: Tensor) -> bool:
 
 
 def _learns(mask: Tensor | None) -> bool:
-    """Whether a bias may need a gradient: it requires one, or it is batched by `torch.func.vmap` (seeds
-    trained as one stacked model, `posenc.runs.stacked`), where `requires_grad` reads False on the wrapper."""
-    return mask is not None and (mask.requires_grad or torch._C._functorch.is_batchedtensor(mask))
+    """Whether a bias needs a gradient. (Under `torch.func.vmap`, where `requires_grad` reads False on the
+    wrapper, q is batched too and attention takes the explicit path before this is asked: `_stacked`.)"""
+    return mask is not None and mask.requires_grad
 
 
 def _cast(mask: Tensor | None, like: Tensor) -> Tensor | None:
