@@ -10,11 +10,23 @@
 # section ("On a GPU"); the findings page takes its cost column from the schemes section under the
 # `full` profile. The H200 image has neither x-transformers nor rotary-embedding-torch: the bench then
 # skips xt and the RoPE table's rotary-embedding-torch row, each by name, and keeps the rest.
+# With LIMIT >= 330 s, the last 180 s test and time the training step replayed as a CUDA graph
+# (tests/test_graphed.py's CUDA tests, then `python -m posenc.bench --only graphs`: graphs.log, graphs.json):
+# the runner trains eagerly until such a window shows that graphs pay with ten workers (`graph_decision`).
+#   back here:   cp <files_at>/graphs.json results/bench/graphs.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-timeout "${LIMIT:-420}" python3 -m posenc.bench --device cuda --only gpu schemes xt --save "$OUT/cuda.json" 2>&1 \
+LIMIT=${LIMIT:-420}
+GRAPHS=$(( LIMIT >= 330 ? 180 : 0 ))             # the last 180 s go to the CUDA-graph probe, when there are 330
+timeout $(( LIMIT - GRAPHS )) python3 -m posenc.bench --device cuda --only gpu schemes xt --save "$OUT/cuda.json" 2>&1 \
     | tee "$OUT/bench.log"
+if [ "$GRAPHS" -gt 0 ]; then                     # the step replayed as a CUDA graph: correct here? faster here?
+    timeout 45 python3 -m pytest -q -c /dev/null -p no:cacheprovider tests/test_graphed.py 2>&1 | tail -5 \
+        | tee "$OUT/graphs.log"
+    timeout $(( GRAPHS - 50 )) python3 -m posenc.bench --device cuda --only graphs --save "$OUT/graphs.json" 2>&1 \
+        | tee -a "$OUT/graphs.log"
+fi
 ls -la "$OUT"

@@ -12,7 +12,9 @@ gather vs naive saved activations), gpu (the CUDA cost table, `posenc.bench.gpu`
 only), stacking (three seeds trained one by one / as one stacked model,
 `posenc.bench.stacking`; fewer steps and rounds on a CPU, where a step is long), workers (the
 aggregate training steps per second of 1, 6, 10 and 16 processes sharing the device,
-`posenc.bench.workers`; asked for by name only, as the GPU window does).
+`posenc.bench.workers`; asked for by name only, as the GPU window does), graphs (the training
+step eager / replayed as a CUDA graph, in one process and in 1 and 10, `posenc.bench.graphs`; CUDA
+only, by name only).
 Ratios are the result; absolute times depend on the machine named in the first line.
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import torch
 
 from .costs import shaw_memory_table
+from .graphs import graph_probe
 from .gpu import bias_backend_costs, gpu_scheme_costs, rope_llama_times
 from ..runs.train import pick_device
 from .kernels import bias_times, rope_times
@@ -35,9 +38,9 @@ from .stacking import stacking_costs
 from .workers import worker_scaling
 from .timing import machine
 
-SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu", "stacking", "workers")
-#: What runs without --only: every section but the GPU window's worker probe (minutes of spawned processes).
-DEFAULT = tuple(s for s in SECTIONS if s != "workers")
+SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu", "stacking", "workers", "graphs")
+#: What runs without --only: every section but the GPU window's probes (minutes of spawned processes).
+DEFAULT = tuple(s for s in SECTIONS if s not in ("workers", "graphs"))
 
 
 def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=None) -> dict:
@@ -71,6 +74,9 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
                     "d=128, 4 layers, batch 32, seq 128, corpus) for 6 s after a barrier",
                     lambda: worker_scaling((1, 2) if on_cpu else (1, 6, 10, 16), seconds=2.0 if on_cpu else 6.0,
                                            device=device)),
+        "graphs": ("the training step eager / replayed as a CUDA graph (posenc.runs.graphed): a causal LM (d=128, "
+                   "4 layers, 4 heads, batch 32, seq 128, corpus, bf16), ms per step in one process, then aggregate "
+                   "steps/s of 1 and 10 processes for 6 s", lambda: graph_probe(device=device)),
     }
     out = {}
     for name in only:
@@ -78,7 +84,7 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
         if name in ("rope", "bias") and device != "cpu":
             print(f"\n== {name}: skipped (a CPU benchmark)")
             continue
-        if name == "gpu" and torch.device(device).type != "cuda":
+        if name in ("gpu", "graphs") and torch.device(device).type != "cuda":
             print(f"\n== {name}: skipped (a CUDA benchmark)")
             continue
         if name == "xt" and importlib.util.find_spec("x_transformers") is None:   # a GPU image may lack it

@@ -20,17 +20,20 @@ import time
 
 import torch
 
+from ..runs.train import pick_device
 from ..table import Table
 
 #: Seconds a worker may take to start (import, build, warm up) before the probe gives up on that count.
 START_TIMEOUT = 120.0
 
 
-def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float, warmup_steps: int) -> None:
-    """One process: build the model and its optimiser, warm up, wait at `barrier`, then count steps for `seconds`."""
+def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float, warmup_steps: int,
+            graphed: bool = False) -> None:
+    """One process: build the model and its optimiser, warm up, wait at `barrier`, then count steps for `seconds`.
+    `graphed`: the step replayed as a CUDA graph (`posenc.runs.graphed`), its capture inside the warm-up."""
     from ..model import build_model, lm_loss
-    from ..runs.train import TrainConfig, amp_dtype, optimizer_step, pick_device, training_batch
-    from ..host import to_device
+    from ..runs.train import TrainConfig, amp_dtype, optimizer_step, training_batch
+    from ..host import host_checked, to_device
     from ..tasks import make_task
     torch.set_num_threads(1)                        # as the runner's workers (posenc.runs.execute.one_thread)
     dev = pick_device(device)
@@ -39,15 +42,25 @@ def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float,
     model = build_model(scheme, task.vocab_size, causal=True, d_model=sizes["d_model"], n_heads=sizes["n_heads"],
                         n_layers=sizes["n_layers"], max_len=sizes["seq_len"]).to(dev)
     cfg = TrainConfig(steps=10 ** 9, batch_size=sizes["batch_size"], device=device, progress=False)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     dtype = amp_dtype(cfg.amp, dev)
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     loss_fn = lambda m, x, y, **kw: lm_loss(m(x, **kw), y)      # noqa: E731 (train's default loss)
     model.train()
+    if graphed:
+        from ..runs.graphed import GraphedStep, capturable_adamw
+        graph = GraphedStep(model, loss_fn, capturable_adamw(model, 1e-3, 0.01), dtype, 1.0)
+        warmup_steps = max(warmup_steps, graph.warmup + 2)     # the warm-up ends with the graph captured and replayed
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    def step(i):
+    def step(i):                                    # as `posenc.runs.train.train` steps: inputs checked on the host
         x, y, kw = training_batch(task, cfg, i, True)
-        return optimizer_step(model, loss_fn, (to_device(x, dev), to_device(y, dev), kw), opt, scaler, dtype, 1.0)
+        model.check_inputs(x)
+        batch = (to_device(x, dev), to_device(y, dev), kw)
+        if graphed:
+            return graph(batch)
+        with host_checked():
+            return optimizer_step(model, loss_fn, batch, opt, scaler, dtype, 1.0)
 
     for i in range(warmup_steps):
         step(i)
@@ -65,11 +78,13 @@ def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float,
 
 def worker_scaling(counts=(1, 6, 10, 16), *, scheme: str = "rope", seconds: float = 8.0, warmup_steps: int = 5,
                    d_model: int = 128, n_heads: int = 4, n_layers: int = 4, batch_size: int = 32, seq_len: int = 128,
-                   device: str = "auto") -> Table:
+                   device: str = "auto", graphed: bool = False) -> Table:
     """One row per worker count W, in the order of `counts`: `steps_per_s` (the aggregate R(W)), `per_worker`
     (R(W) / W), and `vs_one` (R(W) / R(1), once a count of 1 has been measured; else None). Every worker
     trains the same causal LM on the corpus (the `full` tier's usual size: d=128, 4 layers, batch 32, seq 128)
-    with the runner's step."""
+    with the runner's step, or with it replayed as a CUDA graph (`graphed`, CUDA only; the row says which)."""
+    if graphed and pick_device(device).type != "cuda":
+        raise ValueError(f"graphed=True needs a CUDA device (a CUDA graph); got device={device!r}")
     if not counts or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in counts):
         raise ValueError(f"counts must be positive ints; got {counts!r}")
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 3600:
@@ -79,7 +94,7 @@ def worker_scaling(counts=(1, 6, 10, 16), *, scheme: str = "rope", seconds: floa
     rows, one = Table(), None
     for w in counts:
         barrier, out = ctx.Barrier(w), ctx.Queue()
-        procs = [ctx.Process(target=_worker, args=(barrier, out, scheme, sizes, device, seconds, warmup_steps))
+        procs = [ctx.Process(target=_worker, args=(barrier, out, scheme, sizes, device, seconds, warmup_steps, graphed))
                  for _ in range(w)]
         for p in procs:
             p.start()
@@ -92,7 +107,7 @@ def worker_scaling(counts=(1, 6, 10, 16), *, scheme: str = "rope", seconds: floa
                     p.kill()
         rate = sum(n / s for n, s in got)
         one = rate if w == 1 else one
-        rows.append({"workers": w, "steps_per_s": rate, "per_worker": rate / w,
+        rows.append({"workers": w, "step": "graph" if graphed else "eager", "steps_per_s": rate, "per_worker": rate / w,
                      "vs_one": None if one is None else rate / one})
     return rows
 
@@ -114,6 +129,6 @@ def _collect(out, procs, timeout: float) -> list:
 
 def best_count(rows: Table, *, within: float = 0.05) -> int:
     """The fewest workers whose aggregate rate is within `within` (a fraction) of the highest measured."""
-    rows = Table(rows).require("workers", "steps_per_s")
+    rows = Table(rows).require(("workers", "steps_per_s"))
     top = max(r["steps_per_s"] for r in rows)
     return min(r["workers"] for r in rows if r["steps_per_s"] >= (1 - within) * top)

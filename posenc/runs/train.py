@@ -226,6 +226,13 @@ class RandomPositions(torch.nn.Module):
         return self.model(tokens, positions=positions)
 
 
+def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW's parameter groups: `weight_decay` on matrices (dim >= 2), none on gains, biases and scalars."""
+    params = list(model.parameters())
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
 def optimizer_step(model, loss_fn, batch, opt, scaler, dtype, grad_clip: float) -> torch.Tensor:
     """One training step on a batch already on the device; returns the loss, not read.
 
@@ -273,10 +280,7 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     if cfg.random_positions is not None:
         check_random_positions(model, cfg.random_positions)
     loss_fn = loss_fn or (lambda m, x, y, **kw: lm_loss(m(x, **kw), y))
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     result, start, window = TrainResult(), 0, []

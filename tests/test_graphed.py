@@ -1,0 +1,141 @@
+"""The training step as a CUDA graph (`posenc.runs.graphed`) and its probe (`posenc.bench.graphs`).
+
+A graph replays the eager step's kernels, so on a GPU it must train exactly as the eager step does:
+the CUDA tests compare parameters and losses after the same batches (they run in a GPU window, with
+`scripts/gpu_costs.sh`). On the CPU only the refusals and the probe's decision can be checked.
+"""
+import math
+
+import pytest
+import torch
+
+from posenc.model import build_model, lm_loss
+from posenc.runs.graphed import GraphedStep, capturable_adamw, set_lr
+from posenc.runs.train import decay_groups, optimizer_step
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a CUDA device")
+
+
+def loss_fn(m, x, y, **kw):
+    return lm_loss(m(x, **kw), y)
+
+
+def tiny(scheme="rope", device="cpu"):
+    torch.manual_seed(0)
+    return build_model(scheme, 11, causal=True, d_model=16, n_heads=2, n_layers=2, max_len=64).to(device).train()
+
+
+def batch(seed, n=12, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, 11, (4, n + 1), generator=g)
+    return tokens[:, :-1].to(device), tokens[:, 1:].to(device), {}
+
+
+def test_decay_groups_decay_matrices_only_and_cover_every_parameter_once():
+    model = tiny()
+    decay, no_decay = decay_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    assert sorted(map(id, decay["params"] + no_decay["params"])) == sorted(map(id, model.parameters()))
+
+
+def test_a_graphed_step_refuses_what_a_graph_cannot_replay_naming_the_argument():
+    model = tiny()
+    plain = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    capturable = torch.optim.AdamW(decay_groups(model, 0.0), lr=torch.tensor(1e-3), capturable=True)
+    with pytest.raises(ValueError, match="dtype must be torch.bfloat16 or None"):
+        GraphedStep(model, loss_fn, capturable, torch.float16, 1.0)
+    with pytest.raises(ValueError, match="opt must keep its state and lr on the GPU"):
+        GraphedStep(model, loss_fn, plain, None, 1.0)
+    with pytest.raises(ValueError, match="warmup must be an int >= 1"):
+        GraphedStep(model, loss_fn, capturable, None, 1.0, warmup=0)
+    with pytest.raises(ValueError, match="max_graphs must be an int >= 0"):
+        GraphedStep(model, loss_fn, capturable, None, 1.0, max_graphs=True)
+    with pytest.raises(ValueError, match="needs a model on a CUDA device; its parameters are on cpu"):
+        GraphedStep(model, loss_fn, capturable, None, 1.0)
+    with pytest.raises(ValueError, match="capturable_adamw needs a model on a CUDA device"):
+        capturable_adamw(model, 1e-3, 0.0)
+
+
+def test_the_graph_probes_refuse_a_device_without_cuda_graphs():
+    from posenc.bench.graphs import graph_costs
+    from posenc.bench.workers import worker_scaling
+    with pytest.raises(ValueError, match="graph_costs needs a CUDA device"):
+        graph_costs(device="cpu")
+    with pytest.raises(ValueError, match="graphed=True needs a CUDA device"):
+        worker_scaling((1,), device="cpu", graphed=True)
+
+
+def test_the_bench_skips_the_graph_probe_by_name_on_a_cpu(capsys):
+    from posenc.bench.__main__ import main
+    out = main(["--only", "graphs", "--device", "cpu"])
+    assert out["sections"] == {} and "== graphs: skipped (a CUDA benchmark)" in capsys.readouterr().out
+
+
+def test_the_graph_decision_takes_the_aggregate_rate_at_the_most_workers_and_every_loss_gap():
+    from posenc.bench.graphs import graph_decision
+    single = [{"scheme": "nope", "loss_gap": 0.001}, {"scheme": "rope", "loss_gap": 0.004}]
+    workers = [{"workers": 1, "step": "eager", "steps_per_s": 90.0}, {"workers": 10, "step": "eager", "steps_per_s": 460.0},
+               {"workers": 1, "step": "graph", "steps_per_s": 400.0}, {"workers": 10, "step": "graph", "steps_per_s": 500.0}]
+    ok, why = graph_decision(single, workers)
+    assert not ok and "10 workers 460 -> 500 steps/s (1.09x)" in why      # 4.4x alone, not where the tier runs
+    workers[-1]["steps_per_s"] = 1400.0
+    assert graph_decision(single, workers)[0]
+    single[1]["loss_gap"] = 0.05                                          # fast but training differently
+    assert not graph_decision(single, workers)[0]
+    single[1]["loss_gap"] = math.nan
+    assert not graph_decision(single, workers)[0]
+    with pytest.raises(ValueError, match="an eager and a graph row at 10 workers"):
+        graph_decision(single, workers[:3])
+
+
+def eager_steps(model, batches, lr=1e-2):
+    opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=lr)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    return [float(optimizer_step(model, loss_fn, b, opt, scaler, None, 1.0)) for b in batches]
+
+
+def graphed_steps(model, batches, lr=1e-2, **kw):
+    step = GraphedStep(model, loss_fn, capturable_adamw(model, lr, 0.01), None, 1.0, **kw)
+    return [float(step(b)) for b in batches], step
+
+
+@cuda
+@pytest.mark.parametrize("scheme", ["nope", "rope", "alibi", "t5"])
+def test_a_graphed_step_trains_as_the_eager_step_does(scheme):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    batches = [batch(s, device="cuda") for s in range(10)]
+    eager, graphed = tiny(scheme, "cuda"), tiny(scheme, "cuda")
+    want = eager_steps(eager, batches)
+    got, step = graphed_steps(graphed, batches, warmup=3)
+    assert step.captured == 1                              # steps 4-10 replayed one graph
+    assert got == pytest.approx(want, rel=1e-4)
+    for (name, a), b in zip(eager.named_parameters(), graphed.parameters()):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), name
+
+
+@cuda
+def test_each_shape_gets_its_own_graph_and_shapes_beyond_max_graphs_stay_eager():
+    batches = [batch(s, n=12 if s % 3 else 20, device="cuda") for s in range(18)]
+    want = eager_steps(tiny("rope", "cuda"), batches)
+    got, step = graphed_steps(tiny("rope", "cuda"), batches, warmup=2)
+    assert step.captured == 2 and got == pytest.approx(want, rel=1e-4)
+    got, step = graphed_steps(tiny("rope", "cuda"), batches, warmup=2, max_graphs=0)
+    assert step.captured == 0 and got == pytest.approx(want, rel=1e-4)
+
+
+@cuda
+def test_set_lr_reaches_a_captured_graph_and_positions_are_refused():
+    model = tiny("rope", "cuda")
+    opt = capturable_adamw(model, 1e-2, 0.01)
+    step = GraphedStep(model, loss_fn, opt, None, 1.0, warmup=1)
+    for s in range(3):
+        step(batch(s, device="cuda"))
+    assert step.captured == 1
+    set_lr(opt, 0.0)                                       # AdamW with lr 0: no update, decoupled decay included
+    before = [p.detach().clone() for p in model.parameters()]
+    step(batch(5, device="cuda"))
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    x, y, _ = batch(6, device="cuda")
+    with pytest.raises(ValueError, match="takes no forward keywords"):
+        step((x, y, {"positions": torch.arange(12)}))
