@@ -13,6 +13,7 @@
 # With LIMIT >= 330 s, the last 180 s test and time the training step replayed as a CUDA graph
 # (tests/test_graphed.py's CUDA tests, then `python -m posenc.bench --only graphs`: graphs.log, graphs.json):
 # the runner trains eagerly until such a window shows that graphs pay with ten workers (`graph_decision`).
+# `SECTIONS= LIMIT=200 bash scripts/gpu_costs.sh` runs that probe alone (a second call, once cuda.json is back).
 #   back here:   cp <files_at>/graphs.json results/bench/graphs.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +21,11 @@ OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 LIMIT=${LIMIT:-420}
-GRAPHS=$(( LIMIT >= 330 ? 180 : 0 ))             # the last 180 s go to the CUDA-graph probe, when there are 330
-timeout $(( LIMIT - GRAPHS )) python3 -m posenc.bench --device cuda --only gpu schemes xt --save "$OUT/cuda.json" 2>&1 \
-    | tee "$OUT/bench.log"
+SECTIONS=${SECTIONS-gpu schemes xt}               # SECTIONS= (empty): the CUDA-graph probe alone
+if [ -z "$SECTIONS" ]; then GRAPHS=$LIMIT          # the last 180 s go to the CUDA-graph probe, when there are 330
+elif [ "$LIMIT" -ge 330 ]; then GRAPHS=180; else GRAPHS=0; fi
+[ -z "$SECTIONS" ] || timeout $(( LIMIT - GRAPHS )) python3 -m posenc.bench --device cuda --only $SECTIONS \
+    --save "$OUT/cuda.json" 2>&1 | tee "$OUT/bench.log"
 if [ "$GRAPHS" -gt 0 ]; then                     # the step replayed as a CUDA graph: correct here? faster here?
     timeout 45 python3 -m pytest -q -c /dev/null -p no:cacheprovider tests/test_graphed.py 2>&1 | tail -5 \
         | tee "$OUT/graphs.log"
