@@ -24,6 +24,7 @@ from contextvars import ContextVar
 import torch
 
 _HOST_CHECKED: ContextVar[bool] = ContextVar("posenc_host_checked", default=False)
+_KEPT: ContextVar[list | None] = ContextVar("posenc_kept_copies", default=None)
 
 
 def to_device(t: torch.Tensor, device) -> torch.Tensor:
@@ -31,11 +32,40 @@ def to_device(t: torch.Tensor, device) -> torch.Tensor:
 
     The copy is ordered on the current stream before every later kernel, so reading the result
     is safe; the pinned buffer is kept alive by PyTorch's caching host allocator until the copy ends.
+    Inside `keeping_copies()` the pinned buffer is also kept by the caller (a CUDA graph replays the
+    copy from it).
     """
     device = torch.device(device)
     if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    pinned = t.pin_memory()
+    kept = _KEPT.get()
+    if kept is not None:
+        kept.append(pinned)
+    return pinned.to(device, non_blocking=True)
+
+
+@contextmanager
+def keeping_copies():
+    """Inside: every pinned buffer `to_device` copies from is appended to the list this yields.
+
+    A CUDA graph that captured such a copy reads the buffer again at every replay, so the buffer must
+    outlive the graph, unchanged: `posenc.runs.graphed` holds the list as long as its graph. (Only
+    copies of values fixed by the batch's shape are captured: positions 0..n-1, their distances.)
+    """
+    with collecting(_KEPT) as kept:
+        yield kept
+
+
+@contextmanager
+def collecting(var: ContextVar):
+    """Inside: the context variable `var` holds a new list, which this yields; `var` is restored after."""
+    items: list = []
+    token = var.set(items)
+    try:
+        yield items
+    finally:
+        var.reset(token)
 
 
 @contextmanager

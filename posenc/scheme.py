@@ -149,6 +149,9 @@ class Scheme(nn.Module):
     causal_only = False
     #: Runs under `torch.func.vmap` (seeds trained as one stacked model, `posenc.runs.stacked`).
     vmappable = True
+    #: A training step can be captured as a CUDA graph (`posenc.runs.graphed`): no host work that changes
+    #: from one step to the next at a fixed batch shape.
+    graph_safe = True
 
     #: The hooks a scheme may override, in the order a forward pass calls them.
     HOOKS = ("prepare", "embed", "layer_input", "transform_qk", "layer_transform_qk", "logit_bias", "layer_logit_bias",

@@ -43,6 +43,8 @@
 # Rehearsal without a GPU (tests/test_gpu_window.py runs it in a throwaway copy of the repository):
 #   DEVICE=cpu CHAPTERS=01_learned STACK=0 DEADLINE=20 bash scripts/gpu_window.sh
 # DEVICE goes to the runner's --device (default auto: the GPU), CHAPTERS to its --chapters (default all).
+# CUDA_GRAPHS=1 passes --cuda-graphs (posenc.runs.graphed): only once gpu_costs.sh's graph probe has shown, in a
+# window, that graphed steps train as the eager ones and pay with ten workers (graph_decision).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -86,7 +88,7 @@ echo "stack seeds: $STACK" | tee -a "$OUT/runner.log"
     from posenc.bench.workers import best_count
     print(best_count(rows))")
 echo "workers: $WORKERS" | tee -a "$OUT/runner.log"
-FLAGS=$([ "$STACK" = 1 ] && echo --stack-seeds)
+FLAGS="$([ "$STACK" = 1 ] && echo --stack-seeds) $([ "${CUDA_GRAPHS:-0}" = 1 ] && echo --cuda-graphs)"
 python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "${DEADLINE:-400}" \
     --workers "$WORKERS" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
 { echo "== after"; python3 -m posenc.runs --profile full $SELECT --dry-run

@@ -5,6 +5,7 @@ the CUDA tests compare parameters and losses after the same batches (they run in
 `scripts/gpu_costs.sh`). On the CPU only the refusals and the probe's decision can be checked.
 """
 import math
+import os
 
 import pytest
 import torch
@@ -146,3 +147,90 @@ def test_set_lr_reaches_a_captured_graph_and_positions_are_refused():
     x, y, _ = batches[0]
     with pytest.raises(ValueError, match="takes no forward keywords"):
         step((x, y, {"positions": torch.arange(12)}))
+
+
+# -- train() and the runner with --cuda-graphs ---------------------------------------------------------------
+
+from posenc.runs.graphed import ENV, cached_tensors, graph_refusal, graphs_asked  # noqa: E402
+from posenc.runs.train import TrainConfig, train  # noqa: E402
+from posenc.tasks.synthetic import SyntheticTask  # noqa: E402
+
+TASK = SyntheticTask("copy", train_length=6, n_symbols=8)
+
+
+def cfg(**kw):
+    return TrainConfig(**{"steps": 24, "batch_size": 8, "warmup": 4, "log_every": 6, "progress": False, **kw})
+
+
+def fresh(scheme="rope", device="cpu"):
+    torch.manual_seed(0)
+    return build_model(scheme, TASK.vocab_size, causal=True, d_model=16, n_heads=2, n_layers=2, max_len=64).to(device)
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"device": "cpu"}, "on cpu, not CUDA"),
+    ({"dtype": torch.float16}, "fp16's loss scaling is read on the host"),
+    ({"cfg": {"random_positions": 64}}, "randomized positions are drawn on the host"),
+    ({"cfg": {"checkpoint_path": "ck.pt"}}, "a checkpoint keeps the scheduler"),
+    ({"scheme": "floater"}, "Floater is not graph_safe"),
+])
+def test_graph_refusal_names_what_a_graph_cannot_replay(change, why):
+    model = fresh(change.get("scheme", "rope"))
+    device = torch.device(change.get("device", "cuda"))       # only compared: no GPU needed
+    got = graph_refusal(model, cfg(**change.get("cfg", {})), device, change.get("dtype", torch.bfloat16))
+    assert got is not None and why in got
+    assert graph_refusal(fresh("rope"), cfg(), torch.device("cuda"), torch.bfloat16) is None
+
+
+def test_graphs_asked_sets_the_variable_for_workers_and_restores_it(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    with graphs_asked(True):
+        assert os.environ[ENV] == "1"
+        with graphs_asked(False):
+            assert os.environ[ENV] == "0"
+        assert os.environ[ENV] == "1"
+    assert ENV not in os.environ
+
+
+def test_asked_for_graphs_on_a_cpu_train_steps_eagerly_bit_for_bit():
+    want = train(fresh(), TASK, cfg())
+    with graphs_asked(True):
+        got = train(fresh(), TASK, cfg())
+    assert got.history == want.history and got.graphs == 0 and got.graph_error is None
+
+
+def test_the_runner_records_what_cuda_graphs_did_to_each_run(tmp_path):
+    from posenc.runs import RunSpec, Store, run_specs
+    spec = RunSpec(scheme="rope", task="synthetic", task_kwargs={"name": "copy", "train_length": 6},
+                   model={"d_model": 16, "n_heads": 2, "n_layers": 1, "causal": True},
+                   train={"steps": 6, "batch_size": 4, "warmup": 2, "log_every": 3}, lengths=(6,), eval={"n_samples": 8})
+    plain, asked = Store("ci", root=tmp_path / "plain"), Store("ci", root=tmp_path / "asked")
+    run_specs([spec], plain, progress=False, device="cpu")
+    with graphs_asked(True):
+        run_specs([spec], asked, progress=False, device="cpu")
+    assert "cuda_graphs" not in plain.get(spec)
+    assert asked.get(spec)["cuda_graphs"] == {"trainings": 1, "graphs": 0, "eager_because": ["on cpu, not CUDA"]}
+    assert asked.get(spec)["history"] == plain.get(spec)["history"]
+
+
+def test_the_tensors_schemes_cache_are_found_so_a_graph_can_hold_them():
+    x = torch.randint(0, TASK.vocab_size, (2, 12))
+    for scheme in ("rope", "alibi"):
+        model = fresh(scheme)
+        assert cached_tensors(model) == []
+        model(x)
+        found = cached_tensors(model)
+        assert found and all(isinstance(t, torch.Tensor) for t in found), scheme
+
+
+@cuda
+@pytest.mark.parametrize("scheme", ["nope", "rope", "alibi", "t5", "xl", "shaw", "kerple"])
+def test_train_with_graphs_follows_the_eager_run_on_a_task_of_many_lengths(scheme):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    task = SyntheticTask("copy", train_length=8, min_train_length=5, n_symbols=8)   # four lengths, four graphs
+    want = train(fresh(scheme, "cuda"), task, cfg(steps=40, amp="off"))
+    with graphs_asked(True):
+        got = train(fresh(scheme, "cuda"), task, cfg(steps=40, amp="off"))
+    assert got.graph_error is None and got.graphs >= 2
+    assert [h["lr"] for h in got.history] == [h["lr"] for h in want.history]
+    assert [h["loss"] for h in got.history] == pytest.approx([h["loss"] for h in want.history], rel=1e-3)

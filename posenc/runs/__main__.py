@@ -129,6 +129,9 @@ def main(argv=None) -> int:
     parser.add_argument("--fit", action="store_true", help="refit the cost model to the stored runs")
     parser.add_argument("--stack-seeds", action="store_true",
                         help="train the seeds of one spec as one stacked model where they can be (posenc.runs.stacked)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="step through CUDA graphs where a run allows it (posenc.runs.graphed; off until a GPU "
+                             "window shows it pays)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     chapters = args.chapters or names()
@@ -181,6 +184,14 @@ def main(argv=None) -> int:
               "(--device cpu runs it here anyway)", file=sys.stderr)
         return 2
     workers = args.workers or default_workers(args.device)
+    from .graphed import graphs_asked
+    with graphs_asked(args.cuda_graphs):                  # read by `train` here and in the spawned workers
+        return _run(todo, store, args, workers, chapters, rank, world)
+
+
+def _run(todo, store, args, workers, chapters, rank, world) -> int:
+    """The runner's passes: run what is missing, plan again (a grid may declare tuned seeds), until done,
+    a failure, or the deadline. 1 if a run failed, else 0."""
     t0, failed = time.monotonic(), False
     while todo:
         left = None if args.deadline is None else args.deadline - (time.monotonic() - t0)

@@ -70,13 +70,15 @@ def execute(spec: RunSpec, store: Store, device: str = "auto") -> Record:
     """Run one spec with its recipe and write its record (and weights) to `store`."""
     from .train import pick_device
     from ..bench.timing import machine
+    from .graphed import graph_log, graphs_wanted, summary
     dev = pick_device(device)
-    with one_thread():
+    with one_thread(), graph_log() as log:
         made_on = machine(dev)                          # the thread count the run is trained with
         t0 = time.perf_counter()
         out = get_recipe(spec.recipe)(spec, str(dev))
         seconds = time.perf_counter() - t0
-    return _store(spec, out, store, made_on, seconds)
+    graphs = {"cuda_graphs": summary(log)} if graphs_wanted() else {}     # what `--cuda-graphs` did to this run
+    return _store(spec, out, store, made_on, seconds, **graphs)
 
 
 def _store(spec: RunSpec, out: dict, store: Store, made_on: str, seconds: float, **extra) -> Record:

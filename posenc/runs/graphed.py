@@ -19,17 +19,110 @@ already guarantees (no host synchronisation, `tests/test_host_sync.py`):
   capturable=True and lr a tensor; `set_lr` writes it without waiting for the GPU);
 * no loss scaling: fp16's GradScaler reads its inf check on the host, so bf16 or fp32 only;
 * no positions from the host: randomized positions are read on the host by the model, and a graph
-  would replay the first draw for ever.
+  would replay the first draw for ever;
+* every tensor made outside the graph that the graph reads stays where it was: the pinned buffers of
+  the host-to-device copies it captured (`posenc.host.keeping_copies`) and the tables a scheme cached
+  (RoPE's, ALiBi's, which a later length could replace) are held as long as the graph.
+
+A capture that fails (a scheme that reads the GPU on the host) leaves the run eager, with the reason
+in `failed`. `train` steps through a graph where `graphs_wanted()` (the runner's `--cuda-graphs`) and
+`graph_refusal` finds nothing against it.
 
 Whether it pays is measured on the GPU (`posenc.bench.graphs`, `scripts/gpu_costs.sh`): the runner
-does not use it until a window shows a gain.
+uses it only when asked (`--cuda-graphs`), and each record then says what it did (`summary`).
 """
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 
-from ..host import host_checked
+from ..host import collecting, host_checked, keeping_copies
 from .train import decay_groups
+
+
+#: The environment variable that asks `train` for graphed steps ("1"), set by `python -m posenc.runs
+#: --cuda-graphs` and inherited by its worker processes.
+ENV = "POSENC_CUDA_GRAPHS"
+
+
+def graphs_wanted() -> bool:
+    """Whether this process was asked to step through CUDA graphs (ENV is "1")."""
+    return os.environ.get(ENV) == "1"
+
+
+_LOG: ContextVar[list | None] = ContextVar("posenc_graph_log", default=None)
+
+
+@contextmanager
+def graph_log():
+    """Inside: every `train` call appends what it did to the list this yields: {"graphs": captured, "why": None,
+    or why it stepped eagerly (a refusal, or a capture that failed)}. The runner stores the summary."""
+    with collecting(_LOG) as log:
+        yield log
+
+
+def note(graphs: int, why: str | None) -> None:
+    """Add one training's outcome to the current `graph_log` (nothing outside one)."""
+    log = _LOG.get()
+    if log is not None:
+        log.append({"graphs": graphs, "why": why})
+
+
+def summary(log: list) -> dict:
+    """A record's account of its trainings: how many, graphs captured in all, and the distinct reasons for eager steps."""
+    return {"trainings": len(log), "graphs": sum(e["graphs"] for e in log),
+            "eager_because": sorted({e["why"] for e in log if e["why"]})}
+
+
+@contextmanager
+def graphs_asked(asked: bool = True):
+    """Inside: `graphs_wanted()` is `asked`, in this process and in processes it starts (ENV); restored after."""
+    before = os.environ.get(ENV)
+    os.environ[ENV] = "1" if asked else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
+
+
+def graph_refusal(model: torch.nn.Module, cfg, device: torch.device, dtype) -> str | None:
+    """Why `train` cannot step this run through a graph, in a few words; None when it can try."""
+    scheme = getattr(model, "scheme", None)
+    reasons = [(device.type != "cuda", f"on {device.type}, not CUDA"),
+               (dtype == torch.float16, "fp16's loss scaling is read on the host"),
+               (cfg.random_positions is not None, "randomized positions are drawn on the host"),
+               (bool(cfg.checkpoint_path), "a checkpoint keeps the scheduler a graph does not use"),
+               (scheme is not None and not getattr(scheme, "graph_safe", True),
+                f"{type(scheme).__name__} is not graph_safe")]
+    return next((why for bad, why in reasons if bad), None)
+
+
+def cached_tensors(model: torch.nn.Module) -> list:
+    """Every tensor a module of `model` keeps outside its parameters and buffers (schemes' caches), in dicts,
+    lists and tuples too: what a graph captured from them must stay allocated as long as the graph."""
+    found = []
+
+    def walk(value, depth):
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif depth and isinstance(value, dict):
+            for v in value.values():
+                walk(v, depth - 1)
+        elif depth and isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v, depth - 1)
+
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if name not in ("_parameters", "_buffers", "_modules"):
+                walk(value, 3)
+    return found
 
 
 def capturable_adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
@@ -74,8 +167,13 @@ class GraphedStep:
         self.model, self.loss_fn, self.opt, self.dtype, self.grad_clip = model, loss_fn, opt, dtype, grad_clip
         self.warmup, self.max_graphs = warmup, max_graphs
         self.seen: dict = {}                        # shape -> eager steps taken at that shape
-        self.graphs: dict = {}                      # shape -> (graph, x*, y*, loss*)
+        self.graphs: dict = {}                      # shape -> (graph, x*, y*, loss*, tensors it reads)
+        self.failed: str | None = None              # why a capture failed (then every step is eager)
         self.stream = torch.cuda.Stream(device)     # eager warm-up and capture run off the default stream
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of every step from now on, captured graphs included (`set_lr`)."""
+        set_lr(self.opt, lr)
 
     @property
     def captured(self) -> int:
@@ -88,15 +186,20 @@ class GraphedStep:
                              "the host would be replayed as the first draw at every step")
         key = (tuple(x.shape), x.dtype, tuple(y.shape), y.dtype)
         if key in self.graphs:
-            graph, sx, sy, loss = self.graphs[key]
+            graph, sx, sy, loss, _ = self.graphs[key]
             sx.copy_(x)
             sy.copy_(y)
             graph.replay()
             return loss.clone()
-        if self.seen.get(key, 0) < self.warmup or len(self.graphs) >= self.max_graphs:
+        if self.seen.get(key, 0) < self.warmup or len(self.graphs) >= self.max_graphs or self.failed:
             self.seen[key] = self.seen.get(key, 0) + 1
             return self._on_side_stream(self._eager, x, y)
-        self.graphs[key] = self._capture(x, y)
+        try:
+            self.graphs[key] = self._capture(x, y)
+        except Exception as err:  # noqa: BLE001 - e.g. a wait on the GPU inside the step: the run goes on eagerly
+            self.failed = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            self.opt.zero_grad(set_to_none=True)    # the gradients allocated by the capture are not the run's
+            torch.cuda.synchronize(self.stream.device)
         return self(batch)
 
     def _math(self, x, y) -> torch.Tensor:
@@ -127,6 +230,6 @@ class GraphedStep:
         torch.cuda.synchronize(self.stream.device)  # once per shape: the capture must start from a quiet device
         self.opt.zero_grad(set_to_none=True)       # this graph's gradients are allocated inside it, its own
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.stream), host_checked():
+        with torch.cuda.graph(graph, stream=self.stream), host_checked(), keeping_copies() as copied:
             loss = self._math(sx, sy)
-        return graph, sx, sy, loss
+        return graph, sx, sy, loss, copied + cached_tensors(self.model)

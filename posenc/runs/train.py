@@ -12,6 +12,8 @@
   resuming with other settings is a ValueError naming them (`train(..., resume="override")`
   keeps the checkpoint's state and records the new settings);
 * AdamW, linear warm-up then cosine decay to `min_lr_ratio` of the peak;
+* CUDA graphs where the runner asks for them (`--cuda-graphs`, `posenc.runs.graphed`): the same step,
+  replayed by one launch, with AdamW's state and the schedule's rate on the GPU; off by default;
 * randomized positions (Ruoss et al. 2023), with `random_positions=M`: every training batch
   of n tokens is read at a sorted random subset of n distinct integers from [0, M) instead
   of 0..n-1 (see `random_positions`); any scheme, no change to it.
@@ -82,6 +84,8 @@ class TrainResult:
     history: list = field(default_factory=list)  # [{"step", "loss", "lr"}], every log_every steps
     final_loss: float = float("nan")              # mean training loss over the last log window
     seconds: float = 0.0                          # wall time of this call (varies: never compare it)
+    graphs: int = 0                               # CUDA graphs captured (`posenc.runs.graphed`; 0: eager)
+    graph_error: str | None = None                # why a capture failed, the run then eager
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -226,6 +230,20 @@ class RandomPositions(torch.nn.Module):
         return self.model(tokens, positions=positions)
 
 
+def graphed_step(model, loss_fn, cfg: TrainConfig, device: torch.device, dtype):
+    """A `posenc.runs.graphed.GraphedStep` for this run where one was asked for (`graphs_wanted`, the runner's
+    `--cuda-graphs`) and nothing refuses it (`graph_refusal`); else None, and `train` steps eagerly."""
+    from .graphed import GraphedStep, capturable_adamw, graph_refusal, graphs_wanted, note
+    if not graphs_wanted():
+        return None
+    why = graph_refusal(model, cfg, device, dtype)
+    if why is not None:
+        note(0, why)
+        return None
+    opt = capturable_adamw(model, cfg.lr * lr_factor(0, cfg), cfg.weight_decay)
+    return GraphedStep(model, loss_fn, opt, dtype, cfg.grad_clip, max_graphs=16)   # a synthetic task: 16 lengths
+
+
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """AdamW's parameter groups: `weight_decay` on matrices (dim >= 2), none on gains, biases and scalars."""
     params = list(model.parameters())
@@ -280,11 +298,15 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     if cfg.random_positions is not None:
         check_random_positions(model, cfg.random_positions)
     loss_fn = loss_fn or (lambda m, x, y, **kw: lm_loss(m(x, **kw), y))
-    opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+    graph = graphed_step(model, loss_fn, cfg, device, dtype)     # None: eager (the default)
+    if graph is None:
+        opt = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+    else:
+        opt = graph.opt
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     result, start, window = TrainResult(), 0, []
-    if cfg.checkpoint_path and os.path.exists(cfg.checkpoint_path):
+    if graph is None and cfg.checkpoint_path and os.path.exists(cfg.checkpoint_path):
         start, result.history, window = load_checkpoint(cfg.checkpoint_path, model, opt, sched, scaler, cfg, resume)
 
     check = getattr(model, "check_inputs", None)   # the input checks the step skips (posenc.host)
@@ -298,18 +320,26 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
         if check is not None:
             check(x)                                 # on the host, where the batch was made: free
         batch = (to_device(x, device), to_device(y, device), kw)   # positions go as they are: the model reads them first
-        with host_checked():
-            window.append(optimizer_step(model, loss_fn, batch, opt, scaler, dtype, cfg.grad_clip))
-        sched.step()
+        if graph is None:
+            with host_checked():
+                window.append(optimizer_step(model, loss_fn, batch, opt, scaler, dtype, cfg.grad_clip))
+            sched.step()
+        else:                                        # the schedule's rate, written where the graph reads it
+            graph.set_lr(cfg.lr * lr_factor(step, cfg))
+            window.append(graph(batch))
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
             window = [float(v) for v in window]
-            result.history.append({"step": step + 1, "loss": sum(window) / len(window),
-                                   "lr": opt.param_groups[0]["lr"]})
+            lr = opt.param_groups[0]["lr"] if graph is None else cfg.lr * lr_factor(step + 1, cfg)  # LambdaLR's
+            result.history.append({"step": step + 1, "loss": sum(window) / len(window), "lr": lr})
             bar.set_postfix(loss=f"{result.history[-1]['loss']:.3f}")
             window = []
-        if cfg.checkpoint_path and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+        if graph is None and cfg.checkpoint_path and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
             save_checkpoint(cfg.checkpoint_path, step + 1, result.history, model, opt, sched, scaler, cfg, window)
     model.eval()
+    if graph is not None:
+        from .graphed import note
+        result.graphs, result.graph_error = graph.captured, graph.failed
+        note(graph.captured, graph.failed and f"capture failed: {graph.failed}")
     result.final_loss = result.history[-1]["loss"] if result.history else float("nan")
     result.seconds = time.perf_counter() - t0
     return result

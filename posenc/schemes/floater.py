@@ -181,6 +181,8 @@ class Floater(Scheme):
             (autocast does not reach the CPU). Not with `adjoint`.
     """
 
+    graph_safe = False      # solve_on="host" copies the solution over every step; the solve's cache is replaced
+
     def __init__(self, *, delta: float = 0.1, hidden: int | None = None, method: str = "rk4",
                  adjoint: bool = False, dynamics: nn.Module | None = None, solve_on: str = "device", **kw):
         super().__init__(**kw)
