@@ -32,7 +32,7 @@ def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float,
     """One process: build the model and its optimiser, warm up, wait at `barrier`, then count steps for `seconds`.
     `graphed`: the step replayed as a CUDA graph (`posenc.runs.graphed`), its capture inside the warm-up."""
     from ..model import build_model, lm_loss
-    from ..runs.train import TrainConfig, amp_dtype, optimizer_step, training_batch
+    from ..runs.train import TrainConfig, amp_dtype, decay_groups, optimizer_step, training_batch
     from ..host import host_checked, to_device
     from ..tasks import make_task
     torch.set_num_threads(1)                        # as the runner's workers (posenc.runs.execute.one_thread)
@@ -43,6 +43,7 @@ def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float,
                         n_layers=sizes["n_layers"], max_len=sizes["seq_len"]).to(dev)
     cfg = TrainConfig(steps=10 ** 9, batch_size=sizes["batch_size"], device=device, progress=False)
     dtype = amp_dtype(cfg.amp, dev)
+    dtype = None if graphed and dtype == torch.float16 else dtype      # a graph cannot scale losses: fp32 there
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     loss_fn = lambda m, x, y, **kw: lm_loss(m(x, **kw), y)      # noqa: E731 (train's default loss)
     model.train()
@@ -51,7 +52,7 @@ def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float,
         graph = GraphedStep(model, loss_fn, capturable_adamw(model, 1e-3, 0.01), dtype, 1.0)
         warmup_steps = max(warmup_steps, graph.warmup + 2)     # the warm-up ends with the graph captured and replayed
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=1e-3)
 
     def step(i):                                    # as `posenc.runs.train.train` steps: inputs checked on the host
         x, y, kw = training_batch(task, cfg, i, True)

@@ -24,8 +24,10 @@ already guarantees (no host synchronisation, `tests/test_host_sync.py`):
   the host-to-device copies it captured (`posenc.host.keeping_copies`) and the tables a scheme cached
   (RoPE's, ALiBi's, which a later length could replace) are held as long as the graph.
 
-A capture that fails (a scheme that reads the GPU on the host) leaves the run eager, with the reason
-in `failed`. `train` steps through a graph where `graphs_wanted()` (the runner's `--cuda-graphs`) and
+A step that waits on the GPU (a scheme reading it on the host) is found before its capture, under
+`torch.cuda.set_sync_debug_mode("error")`, and leaves the run eager, with the reason in `failed`; a
+capture that still fails raises. (FlexAttention's block masks, kept by an `lru_cache` of 32 shapes, are
+not held by a graph: no `full` run reaches the 2048 keys from which the model takes that path.) `train` steps through a graph where `graphs_wanted()` (the runner's `--cuda-graphs`) and
 `graph_refusal` finds nothing against it.
 
 Whether it pays is measured on the GPU (`posenc.bench.graphs`, `scripts/gpu_costs.sh`): the runner
@@ -133,8 +135,10 @@ def capturable_adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> 
     device = next(model.parameters()).device
     if device.type != "cuda":
         raise ValueError(f"capturable_adamw needs a model on a CUDA device; its parameters are on {device}")
-    return torch.optim.AdamW(decay_groups(model, weight_decay), lr=torch.tensor(float(lr), device=device),
-                             capturable=True)
+    opt = torch.optim.AdamW(decay_groups(model, weight_decay), lr=torch.tensor(float(lr), device=device),
+                            capturable=True)
+    opt._warned_capturable_if_run_uncaptured = True   # the eager warm-up steps are meant: no warning per training
+    return opt
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
@@ -164,11 +168,13 @@ class GraphedStep:
         device = next(model.parameters()).device
         if device.type != "cuda":
             raise ValueError(f"GraphedStep needs a model on a CUDA device; its parameters are on {device}")
+        if any(g["lr"].device != device for g in opt.param_groups):
+            raise ValueError(f"opt's lr tensors must be on the model's device ({device}): build it with capturable_adamw")
         self.model, self.loss_fn, self.opt, self.dtype, self.grad_clip = model, loss_fn, opt, dtype, grad_clip
         self.warmup, self.max_graphs = warmup, max_graphs
         self.seen: dict = {}                        # shape -> eager steps taken at that shape
         self.graphs: dict = {}                      # shape -> (graph, x*, y*, loss*, tensors it reads)
-        self.failed: str | None = None              # why a capture failed (then every step is eager)
+        self.failed: str | None = None              # why the step cannot be captured (then every step is eager)
         self.stream = torch.cuda.Stream(device)     # eager warm-up and capture run off the default stream
 
     def set_lr(self, lr: float) -> None:
@@ -191,16 +197,31 @@ class GraphedStep:
             sy.copy_(y)
             graph.replay()
             return loss.clone()
-        if self.seen.get(key, 0) < self.warmup or len(self.graphs) >= self.max_graphs or self.failed:
-            self.seen[key] = self.seen.get(key, 0) + 1
+        seen, room = self.seen.get(key, 0), len(self.graphs) < self.max_graphs and not self.failed
+        if seen < self.warmup or not room:
+            self.seen[key] = seen + 1
+            if room and seen == self.warmup - 1:
+                return self._last_warmup(x, y)
             return self._on_side_stream(self._eager, x, y)
-        try:
-            self.graphs[key] = self._capture(x, y)
-        except Exception as err:  # noqa: BLE001 - e.g. a wait on the GPU inside the step: the run goes on eagerly
-            self.failed = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-            self.opt.zero_grad(set_to_none=True)    # the gradients allocated by the capture are not the run's
-            torch.cuda.synchronize(self.stream.device)
+        self.graphs[key] = self._capture(x, y)
         return self(batch)
+
+    def _last_warmup(self, x, y) -> torch.Tensor:
+        """The eager step before a capture, with every wait on the GPU an error (`torch.cuda.set_sync_debug_mode`).
+
+        A step that waits (a scheme reading the GPU on the host) would fail its capture, and a failed capture
+        leaves the process's allocator mid-capture. Such a step is found here instead: `failed` says so, the
+        step runs again as it is, and every later step stays eager. The aborted attempt changed no parameter:
+        the step waits before AdamW, which never waits."""
+        before = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return self._on_side_stream(self._eager, x, y)
+        except RuntimeError as err:
+            self.failed = f"the step waits on the GPU ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
+        finally:
+            torch.cuda.set_sync_debug_mode(before)
+        return self._on_side_stream(self._eager, x, y)
 
     def _math(self, x, y) -> torch.Tensor:
         """Forward under autocast, backward, clipping, AdamW: `optimizer_step` without loss scaling."""
@@ -229,7 +250,14 @@ class GraphedStep:
         sx, sy = x.clone(), y.clone()
         torch.cuda.synchronize(self.stream.device)  # once per shape: the capture must start from a quiet device
         self.opt.zero_grad(set_to_none=True)       # this graph's gradients are allocated inside it, its own
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.stream), host_checked(), keeping_copies() as copied:
-            loss = self._math(sx, sy)
+        graph, current = torch.cuda.CUDAGraph(), torch.cuda.current_stream(self.stream.device)
+        try:
+            with torch.cuda.graph(graph, stream=self.stream), host_checked(), keeping_copies() as copied:
+                loss = self._math(sx, sy)
+        except Exception as err:
+            torch.cuda.set_stream(current)          # a failed capture_end leaves the capture stream current
+            cause = err.__context__ or err          # capture_end's own error hides the one that broke the capture
+            raise RuntimeError(f"capturing the training step as a CUDA graph failed ({type(cause).__name__}: "
+                               f"{str(cause).splitlines()[0] if str(cause) else ''}); this process's CUDA allocator "
+                               "may be left mid-capture: train this run without --cuda-graphs") from err
         return graph, sx, sy, loss, copied + cached_tensors(self.model)

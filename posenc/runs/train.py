@@ -85,7 +85,7 @@ class TrainResult:
     final_loss: float = float("nan")              # mean training loss over the last log window
     seconds: float = 0.0                          # wall time of this call (varies: never compare it)
     graphs: int = 0                               # CUDA graphs captured (`posenc.runs.graphed`; 0: eager)
-    graph_error: str | None = None                # why a capture failed, the run then eager
+    graph_error: str | None = None                # why the step could not be captured, the run then eager
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -339,7 +339,7 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     if graph is not None:
         from .graphed import note
         result.graphs, result.graph_error = graph.captured, graph.failed
-        note(graph.captured, graph.failed and f"capture failed: {graph.failed}")
+        note(graph.captured, graph.failed)
     result.final_loss = result.history[-1]["loss"] if result.history else float("nan")
     result.seconds = time.perf_counter() - t0
     return result
