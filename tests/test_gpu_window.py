@@ -96,6 +96,28 @@ def test_a_window_that_reaches_its_deadline_stops_the_runner_and_brings_the_stor
     assert "cuda.json" not in {p.name for p in out.iterdir()}   # the cost table waits for a finished tier
 
 
+def test_cuda_graphs_reach_the_runner_only_when_the_window_is_asked(repo):
+    proc, _, out = window(repo, CHAPTERS=unfinished(), DEADLINE="10", CUDA_GRAPHS="1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--cuda-graphs: every run steps through CUDA graphs" in (out / "runner.log").read_text()
+    proc, _, out = window(repo, CHAPTERS=unfinished(), DEADLINE="5")
+    assert proc.returncode == 0 and "--cuda-graphs" not in (out / "runner.log").read_text()
+
+
+def test_the_cost_script_runs_the_graph_probe_alone_when_asked_for_no_sections(repo, tmp_path):
+    """`SECTIONS= bash scripts/gpu_costs.sh`: no cost table, only the graph tests and probe (here the bench
+    refuses `--device cuda` by name, as on any machine without a GPU)."""
+    out = tmp_path / "out"
+    environ = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "OUT": str(out), "SECTIONS": "",
+               "LIMIT": "120"}
+    proc = subprocess.run(["bash", "scripts/gpu_costs.sh"], cwd=repo, env=environ, capture_output=True, text=True,
+                          timeout=200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = {p.name for p in out.iterdir()}
+    assert "bench.log" not in names and "graphs.log" in names, names
+    assert "no CUDA device" in (out / "graphs.log").read_text()
+
+
 def test_without_a_worker_count_the_window_measures_one_and_the_runner_uses_it(repo):
     """WORKERS unset: the worker probe (`posenc.bench --only workers`; on a CPU 1 and 2 processes for 2 s) times
     the aggregate step rate, and the runner takes the fewest workers within 5% of the best."""

@@ -185,6 +185,9 @@ def main(argv=None) -> int:
         return 2
     workers = args.workers or default_workers(args.device)
     from .graphed import graphs_asked
+    if args.cuda_graphs:
+        print("--cuda-graphs: every run steps through CUDA graphs where it can; its record says what it did "
+              "(cuda_graphs)", flush=True)
     with graphs_asked(args.cuda_graphs):                  # read by `train` here and in the spawned workers
         return _run(todo, store, args, workers, chapters, rank, world)
 
