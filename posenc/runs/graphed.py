@@ -61,7 +61,7 @@ _LOG: ContextVar[list | None] = ContextVar("posenc_graph_log", default=None)
 @contextmanager
 def graph_log():
     """Inside: every `train` call appends what it did to the list this yields: {"graphs": captured, "why": None,
-    or why it stepped eagerly (a refusal, or a capture that failed)}. The runner stores the summary."""
+    or why it stepped eagerly (a refusal, or a step that waits on the GPU)}. The runner stores the summary."""
     with collecting(_LOG) as log:
         yield log
 

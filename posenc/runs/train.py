@@ -306,7 +306,7 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
         opt = graph.opt
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
     result, start, window = TrainResult(), 0, []
-    if graph is None and cfg.checkpoint_path and os.path.exists(cfg.checkpoint_path):
+    if cfg.checkpoint_path and os.path.exists(cfg.checkpoint_path):      # never graphed (graph_refusal)
         start, result.history, window = load_checkpoint(cfg.checkpoint_path, model, opt, sched, scaler, cfg, resume)
 
     check = getattr(model, "check_inputs", None)   # the input checks the step skips (posenc.host)
@@ -333,7 +333,7 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
             result.history.append({"step": step + 1, "loss": sum(window) / len(window), "lr": lr})
             bar.set_postfix(loss=f"{result.history[-1]['loss']:.3f}")
             window = []
-        if graph is None and cfg.checkpoint_path and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+        if cfg.checkpoint_path and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
             save_checkpoint(cfg.checkpoint_path, step + 1, result.history, model, opt, sched, scaler, cfg, window)
     model.eval()
     if graph is not None:
