@@ -13,33 +13,30 @@ import time
 
 import torch
 
-from ..host import host_checked, to_device
-from ..model import build_model, lm_loss
-from ..runs.graphed import GraphedStep, capturable_adamw
-from ..runs.train import TrainConfig, amp_dtype, decay_groups, optimizer_step, pick_device, training_batch
+from ..model import build_model
+from ..runs.train import TrainConfig, amp_dtype, pick_device, training_batch
 from ..table import Table
 from ..tasks import make_task
-from .workers import worker_scaling
+from .workers import GRAPH_WARMUP, probe_step, worker_scaling
 
 
 def graph_costs(schemes=("nope", "rope", "alibi"), *, steps: int = 40, warmup: int = 6, seq_len: int = 128,
                 batch_size: int = 32, d_model: int = 128, n_heads: int = 4, n_layers: int = 4,
                 device: str = "cuda") -> Table:
-    """One row per scheme, in one process: milliseconds per training step eager (`optimizer_step`, the runner's
-    AdamW) and graphed (`GraphedStep`, capturable AdamW), `speedup` = eager / graphed, and `loss_gap`, the
-    |graphed / eager - 1| of the mean training loss over the last 10 of `warmup + steps` steps, both trained
-    from the same initial weights on the same batches (bf16 where the GPU has it)."""
+    """One row per scheme, in one process: milliseconds per training step eager and graphed (`probe_step`),
+    `speedup` = eager / graphed, and `loss_gap`, the |graphed / eager - 1| of the mean training loss over the
+    last 10 of `warmup + steps` steps, both trained from the same initial weights on the same batches (bf16
+    where the GPU has it, else fp32)."""
     dev = pick_device(device)
     if dev.type != "cuda":
         raise ValueError(f"graph_costs needs a CUDA device (a CUDA graph); got device={device!r}")
-    for name, value, low in (("steps", steps, 10), ("warmup", warmup, 5)):
+    for name, value, low in (("steps", steps, 10), ("warmup", warmup, GRAPH_WARMUP + 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an int >= {low}; got {value!r}")
     task = make_task("corpus", train_length=seq_len)
     cfg = TrainConfig(steps=warmup + steps, batch_size=batch_size, device=str(dev), progress=False)
     dtype = amp_dtype(cfg.amp, dev)
     dtype = None if dtype == torch.float16 else dtype               # a graph cannot scale losses: fp32 on such a GPU
-    loss_fn = lambda m, x, y, **kw: lm_loss(m(x, **kw), y)      # noqa: E731 (train's default loss)
     rows = Table()
     for scheme in schemes:
         out = {}
@@ -47,23 +44,14 @@ def graph_costs(schemes=("nope", "rope", "alibi"), *, steps: int = 40, warmup: i
             torch.manual_seed(0)
             model = build_model(scheme, task.vocab_size, causal=True, d_model=d_model, n_heads=n_heads,
                                 n_layers=n_layers, max_len=seq_len).to(dev).train()
-            if how == "graph":
-                step = GraphedStep(model, loss_fn, capturable_adamw(model, 1e-3, 0.01), dtype, 1.0,
-                                   warmup=min(3, warmup - 2))
-            else:
-                opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=1e-3)
-                scaler = torch.amp.GradScaler("cuda", enabled=False)
-
-                def step(batch, opt=opt, scaler=scaler, model=model):
-                    with host_checked():
-                        return optimizer_step(model, loss_fn, batch, opt, scaler, dtype, 1.0)
+            step = probe_step(model, dtype, graphed=how == "graph")
             losses, t0 = [], None
             for i in range(warmup + steps):
                 if i == warmup:
                     torch.cuda.synchronize(dev)
                     t0 = time.perf_counter()
                 x, y, _ = training_batch(task, cfg, i, True)
-                losses.append(step((to_device(x, dev), to_device(y, dev), {})))
+                losses.append(step(x, y))
             torch.cuda.synchronize(dev)
             out[how] = ((time.perf_counter() - t0) / steps, sum(float(v) for v in losses[-10:]) / 10)
         (eager_s, eager_loss), (graph_s, graph_loss) = out["eager"], out["graph"]

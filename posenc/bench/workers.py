@@ -27,13 +27,43 @@ from ..table import Table
 START_TIMEOUT = 120.0
 
 
+#: Eager steps of a shape before a probe's graphed step captures it (`GraphedStep`'s warmup).
+GRAPH_WARMUP = 3
+
+
+def probe_step(model: torch.nn.Module, dtype, graphed: bool):
+    """The runner's training step for a probe: step(x, y) on CPU batches -> the loss, not read. As `train` steps:
+    the inputs checked on the host, copied without waiting, AdamW (lr 1e-3, weight decay 0.01 on matrices) and
+    clipping at 1; eager (`optimizer_step`, fp16 with loss scaling) or as a CUDA graph (`GraphedStep`, capturable
+    AdamW, after GRAPH_WARMUP eager steps per shape)."""
+    from ..host import host_checked, to_device
+    from ..model import lm_loss
+    from ..runs.train import decay_groups, optimizer_step
+    dev = next(model.parameters()).device
+    loss_fn = lambda m, x, y, **kw: lm_loss(m(x, **kw), y)      # noqa: E731 (train's default loss)
+    if graphed:
+        from ..runs.graphed import GraphedStep, capturable_adamw
+        graph = GraphedStep(model, loss_fn, capturable_adamw(model, 1e-3, 0.01), dtype, 1.0, warmup=GRAPH_WARMUP)
+    else:
+        opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=1e-3)
+        scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
+
+    def step(x, y):
+        model.check_inputs(x)
+        batch = (to_device(x, dev), to_device(y, dev), {})
+        if graphed:
+            return graph(batch)
+        with host_checked():
+            return optimizer_step(model, loss_fn, batch, opt, scaler, dtype, 1.0)
+    return step
+
+
 def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float, warmup_steps: int,
             graphed: bool = False) -> None:
     """One process: build the model and its optimiser, warm up, wait at `barrier`, then count steps for `seconds`.
     `graphed`: the step replayed as a CUDA graph (`posenc.runs.graphed`), its capture inside the warm-up."""
-    from ..model import build_model, lm_loss
-    from ..runs.train import TrainConfig, amp_dtype, decay_groups, optimizer_step, training_batch
-    from ..host import host_checked, to_device
+    from ..model import build_model
+    from ..runs.train import TrainConfig, amp_dtype, training_batch
     from ..tasks import make_task
     torch.set_num_threads(1)                        # as the runner's workers (posenc.runs.execute.one_thread)
     dev = pick_device(device)
@@ -44,24 +74,13 @@ def _worker(barrier, out, scheme: str, sizes: dict, device: str, seconds: float,
     cfg = TrainConfig(steps=10 ** 9, batch_size=sizes["batch_size"], device=device, progress=False)
     dtype = amp_dtype(cfg.amp, dev)
     dtype = None if graphed and dtype == torch.float16 else dtype      # a graph cannot scale losses: fp32 there
-    scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
-    loss_fn = lambda m, x, y, **kw: lm_loss(m(x, **kw), y)      # noqa: E731 (train's default loss)
-    model.train()
+    run_step = probe_step(model.train(), dtype, graphed)
     if graphed:
-        from ..runs.graphed import GraphedStep, capturable_adamw
-        graph = GraphedStep(model, loss_fn, capturable_adamw(model, 1e-3, 0.01), dtype, 1.0)
-        warmup_steps = max(warmup_steps, graph.warmup + 2)     # the warm-up ends with the graph captured and replayed
-    else:
-        opt = torch.optim.AdamW(decay_groups(model, 0.01), lr=1e-3)
+        warmup_steps = max(warmup_steps, GRAPH_WARMUP + 2)     # the warm-up ends with the graph captured and replayed
 
-    def step(i):                                    # as `posenc.runs.train.train` steps: inputs checked on the host
-        x, y, kw = training_batch(task, cfg, i, True)
-        model.check_inputs(x)
-        batch = (to_device(x, dev), to_device(y, dev), kw)
-        if graphed:
-            return graph(batch)
-        with host_checked():
-            return optimizer_step(model, loss_fn, batch, opt, scaler, dtype, 1.0)
+    def step(i):
+        x, y, _ = training_batch(task, cfg, i, True)
+        return run_step(x, y)
 
     for i in range(warmup_steps):
         step(i)
