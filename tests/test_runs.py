@@ -392,6 +392,30 @@ def test_a_chapter_rebuilds_a_kept_model_and_refuses_one_it_cannot(tmp_path, mon
         other.model(seed=0)
 
 
+def test_so_far_shows_a_tier_stored_in_part_and_names_the_runs_it_lacks(tmp_path, monkeypatch):
+    """A GPU window stores part of a chapter's `full` tier: `so_far` reads what is there, in plan order, and its
+    status names what is not (by label, seeds counted), until nothing is missing."""
+    from posenc.runs import plans, so_far
+    specs = [tiny(seed=s, scheme=scheme) for scheme in ("nope", "rope") for s in (0, 1)]
+    labelled = [({"scheme": spec.scheme, "seed": spec.seed}, spec) for spec in specs]
+    monkeypatch.setattr(plans, "plan", lambda name, profile: labelled)
+    store = Store("full", tmp_path)
+    assert so_far("99_test", "full", store=store) is None                  # nothing stored: nothing to show
+    ensure([specs[0], specs[2], specs[3]], store=store)
+    runs = so_far("99_test", "full", store=store)
+    assert runs.labels == [labelled[i][0] for i in (0, 2, 3)] and [r.spec for r in runs.records] == [specs[i] for i in (0, 2, 3)]
+    assert runs.missing == [{"scheme": "nope", "seed": 1}]
+    assert runs.status() == ("Numbers from the GPU `full` profile, so far: 3 runs on CPU, seeds 0, 1. Not stored yet: "
+                             "1 run, scheme=nope (1 seed) (`python -m posenc.runs --profile full --chapters 99_test`).")
+    ensure(specs, store=store)
+    whole = so_far("99_test", "full", store=store)
+    assert whole.missing == [] and whole.status() == "Numbers from the GPU `full` profile: 4 runs on CPU, seeds 0, 1."
+    with pytest.raises(ValueError, match="profile must be one of"):
+        so_far("99_test", "gpu")
+    with pytest.raises(TypeError, match="store must be a posenc.runs.Store"):
+        so_far("99_test", "full", store=str(tmp_path))
+
+
 def test_a_chapter_states_its_profile_and_what_is_missing_in_its_key_result(tmp_path, monkeypatch):
     monkeypatch.setenv("POSENC_CI_STORE", str(tmp_path))
     from posenc.runs.ensure import Runs

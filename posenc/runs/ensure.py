@@ -64,6 +64,35 @@ def stored(specs, profile: str) -> list[Record] | None:
     return None if any(r is None for r in records) else records
 
 
+def so_far(name: str, profile: str = "full", *, store: Store | None = None) -> Runs | None:
+    """The runs of chapter `name`'s `profile` stored so far, complete or not; None when none is stored.
+
+    For a tier that GPU windows fill a part at a time: a chapter shows its largest complete tier
+    (`chapter`) and this one beside it, before its last runs land. `runs.missing` holds the labels
+    of the specs not stored yet; `status()` names them. Reads the store only; trains nothing.
+    """
+    from .plans import plan
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}")
+    if store is not None and not isinstance(store, Store):
+        raise TypeError(f"store must be a posenc.runs.Store; got {type(store).__name__}")
+    store = store or Store(profile)
+    found = [(label, spec, store.get(spec)) for label, spec in plan(name, profile)]
+    kept = [(label, spec) for label, spec, record in found if record is not None]
+    if not kept:
+        return None
+    return Runs(name, profile, kept, [record for *_, record in found if record is not None],
+                missing=[label for label, _, record in found if record is None])
+
+
+def in_words(labels) -> str:
+    """Run labels in words, seeds counted: "scheme=rope (randomized), task=lm (3 seeds); ..."."""
+    from collections import Counter
+    groups = Counter(tuple((k, v) for k, v in label.items() if k != "seed") for label in labels)
+    return "; ".join(f"{', '.join(f'{k}={v}' for k, v in group) or 'every run'}"
+                     f" ({n} seed{'s' if n != 1 else ''})" for group, n in groups.items())
+
+
 def made(records, seeds=()) -> str:
     """What a set of records is, in words: "173 runs on CPU, seeds 0, 1, 2, 3, 4"."""
     records, seeds = list(records), sorted(set(seeds))
@@ -80,10 +109,12 @@ class Runs:
         runs.rows(task="lm")                                  # labelled evaluation rows
     """
 
-    def __init__(self, name: str, profile: str, labelled: list[tuple[dict, RunSpec]], records: list[Record]):
+    def __init__(self, name: str, profile: str, labelled: list[tuple[dict, RunSpec]], records: list[Record],
+                 *, missing: list[dict] = ()):
         self.name, self.profile = name, profile
         self.labels = [label for label, _ in labelled]
         self.records = records
+        self.missing = list(missing)            # labels of the plan's runs not stored yet (`so_far`)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -140,6 +171,10 @@ class Runs:
         older = sorted({f"posenc {v['posenc']}" for r in self.records
                         if (v := r.get("version") or {}).get("posenc") != now})
         stale = f" Made by older code: {', '.join(older)}." if older else ""
+        if self.missing:
+            n = len(self.missing)
+            return (f"Numbers from {scale}, so far: {self.made()}.{stale} Not stored yet: {n} run{'s' if n != 1 else ''}"
+                    f", {in_words(self.missing)} (`python -m posenc.runs --profile {self.profile} --chapters {self.name}`).")
         return f"Numbers from {scale}: {self.made()}.{stale}{more}"
 
     def made(self) -> str:
