@@ -795,3 +795,20 @@ def test_every_stored_full_record_was_made_on_a_gpu():
     machines = {p.name: json.loads(p.read_text()).get("machine", "") for p in records}
     assert records and all(m.startswith("cuda") for m in machines.values()), \
         {k: v for k, v in machines.items() if not v.startswith("cuda")}
+
+
+def test_a_chapter_shows_its_full_tier_so_far_only_while_runs_of_it_are_missing():
+    """Chapters 15-17 show what GPU windows have stored of their `full` tier (`posenc.runs.so_far`) in a section
+    whose prose says which runs are missing. Once every one is stored the chapter shows `full` as its own tier,
+    and that section must go (its code then prints nothing, its prose would be wrong): this fails until it does."""
+    from posenc.runs import so_far
+    found = []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        code = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+        for name in re.findall(r'posenc\.runs\.so_far\("([^"]+)", "full"\)', code):
+            found.append(name)
+            runs = so_far(name, "full")
+            assert runs is not None and runs.missing, (
+                f"{nb.name}: every `full` run of {name} is stored: re-execute the chapter on its `full` tier, rewrite "
+                "its prose to those numbers, and remove its 'On a GPU: ... so far' section")
+    assert found, "no chapter reads posenc.runs.so_far: remove this test with the last such section"
