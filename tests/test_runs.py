@@ -810,5 +810,6 @@ def test_a_chapter_shows_its_full_tier_so_far_only_while_runs_of_it_are_missing(
             runs = so_far(name, "full")
             assert runs is not None and runs.missing, (
                 f"{nb.name}: every `full` run of {name} is stored: re-execute the chapter on its `full` tier, rewrite "
-                "its prose to those numbers, and remove its 'On a GPU: ... so far' section")
+                "its prose to those numbers, and remove its 'On a GPU: ... so far' section and the references to its label "
+                "(`jupyter-book build . -W` names any left)")
     assert found, "no chapter reads posenc.runs.so_far: remove this test with the last such section"
