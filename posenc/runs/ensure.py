@@ -222,9 +222,8 @@ def chapter(name: str, profile: str = "auto", *, workers: int | None = None, pro
             profile = "full"
         else:
             for p in ("full", "paper"):
-                labelled = plan(name, p)
-                if labelled and (records := stored([s for _, s in labelled], p)) is not None:
-                    return Runs(name, p, labelled, records)
+                if (runs := so_far(name, p)) is not None and not runs.missing:
+                    return runs
             profile = "ci"
     labelled = plan(name, profile)
     store = Store(profile, results_root()) if load_only else None
