@@ -265,13 +265,17 @@ def verdict(values, band: Band, *, level: float = 0.95, min_seeds: int = 3) -> d
     "contradicted" when it lies beyond no effect on the other side, "not resolved" otherwise
     (and always with fewer than `min_seeds` values).
 
-    values: the effect per seed, a sequence or a {seed: effect} dict (`per_seed`, `paired`); finite.
+    values: the effect per seed, a sequence or a {seed: effect} dict (`per_seed`, `paired`); finite. It may
+    be empty, when no seed met what the claim presupposes (a trained model): "not resolved", with mean and
+    interval None and seeds 0.
     """
     if not isinstance(band, Band):
         raise TypeError(f"band must be a posenc.analysis.Band; got {band!r}")
     if isinstance(min_seeds, bool) or not isinstance(min_seeds, int) or min_seeds < 1:
         raise ValueError(f"min_seeds must be a positive int; got {min_seeds!r}")
     values = effect_values(values)
+    if not values:
+        return {"verdict": "not resolved", "mean": None, "interval": None, "band": str(band), "seeds": 0}
     lo, hi = bootstrap_ci(values, level=level)
     if len(values) < min_seeds:
         word = "not resolved"
@@ -286,8 +290,9 @@ def verdict(values, band: Band, *, level: float = 0.95, min_seeds: int = 3) -> d
 
 def verdict_table(results: dict) -> Table:
     """{claim: `verdict` dict} as a table: mean effect, 95% interval, band, seeds and verdict per claim."""
-    return Table({"claim": claim, "mean effect": round(out["mean"], 4),
-                  "95% interval": "[{:.4f}, {:.4f}]".format(*out["interval"]), "band": out["band"],
+    return Table({"claim": claim, "mean effect": None if out["mean"] is None else round(out["mean"], 4),
+                  "95% interval": "none" if out["interval"] is None else "[{:.4f}, {:.4f}]".format(*out["interval"]),
+                  "band": out["band"],
                   "seeds": out["seeds"], "verdict": out["verdict"]} for claim, out in results.items())
 
 

@@ -1,5 +1,6 @@
 """Statistics shared by the chapters, and the one verdict rule."""
 import math
+import json
 
 import pytest
 
@@ -7,7 +8,7 @@ import posenc
 from hypothesis import given, settings, strategies as st
 
 from posenc.analysis import (Band, bootstrap_ci, column_mean, left_plateau_step, mean, plateau_table, smooth,
-                             steps_to_reach, summarize, verdict)
+                             steps_to_reach, summarize, verdict, verdict_table)
 from posenc.table import Table
 
 
@@ -61,6 +62,20 @@ def test_verdict_follows_one_rule():
         Band(None, None)
     with pytest.raises(ValueError):
         Band(2.0, 1.0)
+
+
+def test_a_claim_with_no_seed_to_measure_is_not_resolved_and_says_so(tmp_path):
+    # a claim about trained models, when no seed trained: nothing measured, never a verdict either way
+    band = Band(None, 0.5, null=1.0)
+    out = verdict({}, band)
+    assert out == {"verdict": "not resolved", "mean": None, "interval": None, "band": str(band), "seeds": 0}
+    assert verdict_table({"c": out})[0]["95% interval"] == "none"
+    rec = posenc.record_claim("00_x", "ci", "c", {}, band, effect="spread ratio", results_dir=tmp_path)
+    assert rec["verdict"] == "not resolved" and rec["measured"] == f"spread ratio: no seed to measure; band {band}"
+    stored = json.loads((tmp_path / "ci" / "claims" / "00_x.json").read_text())["c"]
+    assert stored["interval"] is None and stored["seeds"] == 0 and stored["verdict"] == "not resolved"
+    with pytest.raises(TypeError, match="values must be a sequence"):   # empty is allowed; not-a-sequence is not
+        verdict(None, band)
 
 
 def test_verdict_reads_a_dict_by_its_values_and_refuses_what_has_no_mean():

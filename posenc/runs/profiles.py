@@ -92,6 +92,9 @@ def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}") -> dict:
     """
     from ..analysis import verdict, written
     out = verdict(list(values.values()) if isinstance(values, dict) else list(values), band)
+    if out["seeds"] == 0:                       # no seed met what the claim presupposes: nothing measured
+        out["measured"] = f"{effect}: no seed to measure; band {out['band']}"
+        return out
     lo, hi = out["interval"]
     out["measured"] = (f"{effect}: {written(out['mean'], fmt)} [{written(lo, fmt)}, {written(hi, fmt)}] over "
                        f"{out['seeds']} seeds; band {out['band']}")
