@@ -311,6 +311,26 @@ def test_grid_similarity_of_an_axial_table():
         grid_similarity(torch.randn(10, 4), (h, w))
 
 
+def test_grid_similarity_tells_rows_and_columns_from_nearness():
+    """A table that knows only the distance between patches (random Fourier features of the 2-D
+    coordinates: cosines depend on the offset's length) scores on the row/column excess too, since
+    grid neighbours are same-row-or-column pairs; line_over_diagonal is negative for it, positive
+    for a table of rows plus columns, and about 0 for noise."""
+    from posenc.vision import grid_similarity
+    from posenc.vision import grid_coords
+    torch.manual_seed(0)
+    h = w = 8
+    xy = torch.stack(grid_coords((h, w)), 1).float()                               # (hw, 2): row, column
+    for sigma in (0.3, 0.5, 0.8):                                                  # how fast nearness decays
+        freqs, phase = torch.randn(2048, 2) * sigma, torch.rand(2048) * 2 * math.pi
+        nearness = grid_similarity(torch.cos(xy @ freqs.T + phase), (h, w))
+        assert nearness["row_column_excess"] > 0.1 and nearness["line_over_diagonal"] < -0.05
+        assert nearness["diagonal neighbours"] > nearness["two apart in a line"]
+    axial = (torch.randn(h, 64)[:, None] + torch.randn(w, 64)[None]).reshape(h * w, 64)
+    assert grid_similarity(axial, (h, w))["line_over_diagonal"] > 0.3
+    assert abs(grid_similarity(torch.randn(h * w, 256), (h, w))["line_over_diagonal"]) < 0.05
+
+
 def test_digits_subset_keeps_the_split_and_the_first_images():
     from posenc.vision import DigitsTask
     task = DigitsTask(16)

@@ -81,10 +81,20 @@ def grid_similarity(table: Tensor, grid) -> dict:
     """Mean cosine similarity of the position vectors of patch pairs, by how they sit on the grid.
 
     table: [h*w, d] (raster order). Returns the means over pairs of grid neighbours (|dr| + |dc| = 1),
-    same row at distance >= 2, same column at distance >= 2 and different row and column, plus ViT
+    same row at distance >= 2, same column at distance >= 2, different row and column, diagonal
+    neighbours (|dr| = |dc| = 1) and two apart in a line (|dr| + |dc| = 2, one of them 0), plus ViT
     Fig. 7's structure in one number:
 
         row_column_excess = mean cos(same row or column, not itself) - mean cos(different row and column).
+
+    The excess counts the grid neighbours among the same-row-or-column pairs, so a table that only
+    knows nearness (its vectors depend on the distance between patches alone) scores well on it too.
+    What sets rows and columns apart from nearness is
+
+        line_over_diagonal = mean cos(two apart in a line) - mean cos(diagonal neighbours):
+
+    a diagonal neighbour is nearer (sqrt 2 against 2) but shares neither row nor column, so the
+    difference is negative for a table of nearness and positive for one of rows and columns.
     """
     h, w = check_grid("grid", grid)
     if h < 2 or w < 2:
@@ -97,10 +107,12 @@ def grid_similarity(table: Tensor, grid) -> dict:
     r, c = grid_coords((h, w))
     dr, dc = (r[:, None] - r[None]).abs(), (c[:, None] - c[None]).abs()
     groups = {"neighbours": dr + dc == 1, "same row": (dr == 0) & (dc >= 2), "same column": (dc == 0) & (dr >= 2),
-              "different row and column": (dr > 0) & (dc > 0)}
+              "different row and column": (dr > 0) & (dc > 0), "diagonal neighbours": (dr == 1) & (dc == 1),
+              "two apart in a line": (dr + dc == 2) & ((dr == 0) | (dc == 0))}
     out = {name: float(sim[mask].mean()) if mask.any() else float("nan") for name, mask in groups.items()}
     line = ((dr == 0) | (dc == 0)) & (dr + dc > 0)
     out["row_column_excess"] = float(sim[line].mean() - sim[groups["different row and column"]].mean())
+    out["line_over_diagonal"] = out["two apart in a line"] - out["diagonal neighbours"]
     return out
 
 
