@@ -272,3 +272,21 @@ def test_one_fire_layer_fits_alibi_kerple_and_t5(one_thread, name, hidden, bound
     rows, cols = torch.tril_indices(N, N)
     recomputed = (fitted - target)[:, rows, cols].norm() / target[:, rows, cols].norm()
     assert recomputed.item() == pytest.approx(err, rel=1e-3, abs=1e-5)  # the scheme holds what was reported
+
+
+def test_fire_thresholds_script_reads_each_layers_learned_tau():
+    """scripts/fire_thresholds.py reads tau = init_threshold * exp(log_scale) from a state dict, layer by layer:
+    the names it relies on are the scheme's, and a moved threshold is read where the model reads it."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "scripts" / "fire_thresholds.py"
+    spec = importlib.util.spec_from_file_location("fire_thresholds", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    model = posenc.build_model("fire", 20, d_model=16, n_heads=2, n_layers=2, causal=True, init_threshold=512.0)
+    with torch.no_grad():
+        model.scheme.layers[0].log_scale.fill_(math.log(73.4 / 512))
+        model.scheme.layers[1].log_scale.fill_(math.log(0.125))
+    got = script.thresholds(model.state_dict())
+    assert got == pytest.approx([73.4, 64.0], rel=1e-5)
+    assert got == pytest.approx([float(layer.threshold) for layer in model.scheme.layers], rel=1e-6)
