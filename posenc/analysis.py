@@ -7,6 +7,7 @@ from the store and never re-implements "the mean of a column over filtered rows"
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import random
 from dataclasses import dataclass
@@ -20,6 +21,23 @@ def mean(values) -> float:
     if not values:
         raise ValueError("mean of an empty sequence: no rows matched")
     return sum(values) / len(values)
+
+
+def metric_values(rows, metric: str) -> list[float]:
+    """Column `metric` of `rows` as floats, in row order; a ValueError naming the metric when a row lacks
+    it or holds something that is not a number, or NaN: a NaN passes through a mean, and makes a spread
+    (max - min) depend on the order of the rows. An infinity is a value (a target never reached)."""
+    rows = list(rows)
+    missing = sum(metric not in r for r in rows)
+    if missing:
+        raise ValueError(f"metric {metric!r} is not a column of {missing} of {len(rows)} rows; their columns: "
+                         f"{Table(rows).columns}")
+    bad = [r[metric] for r in rows if isinstance(r[metric], bool) or not isinstance(r[metric], numbers.Real)
+           or math.isnan(r[metric])]
+    if bad:
+        raise ValueError(f"metric {metric!r} must hold numbers (not NaN): {len(bad)} of {len(rows)} rows hold "
+                         f"{bad[0]!r}{' and others' if len(bad) > 1 else ''}; no mean")
+    return [float(r[metric]) for r in rows]
 
 
 def effect_values(values, name: str = "values") -> list[float]:
@@ -54,7 +72,7 @@ def column_mean(rows: Table, metric: str, **where) -> float:
     sub = Table(rows).where(**where)
     if not sub:
         raise ValueError(f"no rows with {where}; columns: {Table(rows).columns}")
-    return mean(sub.column(metric))
+    return mean(metric_values(sub, metric))
 
 
 def summarize(rows: Table, by, metrics) -> Table:
@@ -70,7 +88,7 @@ def summarize(rows: Table, by, metrics) -> Table:
         sub = rows.where(**dict(zip(by, key)))
         row = {**dict(zip(by, key)), "seeds": len(sub)}
         for m in metrics:
-            vals = [r[m] for r in sub]
+            vals = metric_values(sub, m)
             row[m] = mean(vals)
             row[f"{m}_spread"] = max(vals) - min(vals)
         out.append(row)
@@ -516,7 +534,7 @@ def per_seed(rows: Table, metric: str, *, x_train=None, **where) -> dict:
         raise ValueError(f"no rows with {where} and x_train={x_train!r}; columns: {Table(rows).columns}")
     out = {}
     for seed in sorted(set(sub.column("seed"))):
-        out[seed] = mean(r[metric] for r in sub if r["seed"] == seed)
+        out[seed] = mean(metric_values((r for r in sub if r["seed"] == seed), metric))
     return out
 
 

@@ -27,11 +27,29 @@ from .compiled import CompiledOrEager
 from .scheme import PositionContext, Scheme
 
 
+def check_sizes(**sizes) -> None:
+    """ValueError naming each of `sizes` (d_model=..., n_heads=...) that is not a positive int; and unless
+    n_heads divides d_model when both are given. None is allowed for d_ff and num_classes (their defaults)."""
+    for arg, value in sizes.items():
+        if value is None and arg in ("d_ff", "num_classes"):
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{arg} must be a positive int{' or None' if arg in ('d_ff', 'num_classes') else ''}; "
+                             f"got {value!r}")
+    if "d_model" in sizes and "n_heads" in sizes and sizes["d_model"] % sizes["n_heads"]:
+        raise ValueError(f"d_model={sizes['d_model']} must be divisible by n_heads={sizes['n_heads']}")
+
+
+def check_dropout(dropout) -> None:
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
+
+
 class Attention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, layer: int, dropout: float = 0.0):
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        check_sizes(d_model=d_model, n_heads=n_heads)
+        check_dropout(dropout)
         self.n_heads, self.layer, self.dropout = n_heads, layer, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
@@ -41,6 +59,8 @@ class Attention(nn.Module):
         """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D] adds M earlier keys/values (XL);
         `kv` [B, T, D] gives the keys and values while x gives only the queries (a decoder pass)."""
         B, T, D = x.shape
+        if scheme.n_heads != self.n_heads or scheme.d_model != D:    # a RoPE for other heads rotates part of each
+            scheme.check_fits("Attention", n_heads=self.n_heads, d_model=D)
         if memory is not None and kv is not None:
             raise ValueError("pass memory or kv, not both")
         source = kv if kv is not None else x
@@ -133,7 +153,7 @@ def learned_bias_attention(q, k, v, mask: Tensor, scale: float) -> Tensor:
     keys are all masked (-inf). No row here is (every query sees at least itself), and that
     read (isneginf, all, where over [B, H, Tq, Tk]) was about 8% of such a training step.
     Otherwise the same operations: the same numbers and gradients, bit for bit
-    (`tests/test_attention.py`).
+    (`tests/test_model.py::test_the_learned_bias_path_is_sdpas_math_path_bit_for_bit`).
     """
     root = math.sqrt(scale)
     scores = (q * root) @ (k.transpose(-2, -1) * root)             # (B, H, Tq, Tk)

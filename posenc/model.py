@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Attention, causal_block_mask, causal_mask
+from .attention import Attention, causal_block_mask, causal_mask, check_dropout, check_sizes
 from .host import to_device, values_checked_on_host
 from .scheme import PositionContext, Scheme, get_scheme, summarise_positions
 
@@ -115,6 +115,9 @@ class Transformer(nn.Module):
         super().__init__()
         if not isinstance(scheme, Scheme):
             raise TypeError(f"scheme must be a posenc Scheme (posenc.SCHEMES[name](...)); got {type(scheme).__name__}")
+        check_model_args(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal,
+                         d_ff=d_ff, dropout=dropout, cls_token=cls_token, tie_weights=tie_weights,
+                         num_classes=num_classes)
         scheme.check_fits("model", d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal)
         self.scheme, self.vocab_size, self.causal = scheme, vocab_size, causal
         self.tok = nn.Embedding(vocab_size, d_model)
@@ -307,6 +310,18 @@ def _init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
+def check_model_args(*, vocab_size, d_model, n_heads, n_layers, causal, d_ff, dropout, cls_token, tie_weights,
+                     num_classes) -> None:
+    """The checks `Transformer` and `build_model` share: sizes positive ints (d_ff, num_classes may be None),
+    n_heads dividing d_model, dropout in [0, 1), and the flags True or False (a string "no" is truthy)."""
+    for arg, value in (("causal", causal), ("cls_token", cls_token), ("tie_weights", tie_weights)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{arg} must be True or False; got {value!r}")
+    check_sizes(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
+                num_classes=num_classes)
+    check_dropout(dropout)
+
+
 def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
                 causal: bool, max_len: int = 512, d_ff: int | None = None, dropout: float = 0.0,
                 cls_token: bool = False, tie_weights: bool = True, num_classes: int | None = None,
@@ -317,22 +332,9 @@ def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: in
     schemes must serve; `scheme_kwargs` go to the scheme's constructor. The model is
     called as `model(tokens, positions=None)` -> logits [batch, seq, vocab].
     """
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False; got {causal!r}")
-    for arg, value in (("vocab_size", vocab_size), ("d_model", d_model), ("n_heads", n_heads), ("n_layers", n_layers),
-                       ("max_len", max_len), ("d_ff", d_ff), ("num_classes", num_classes)):
-        if value is None and arg in ("d_ff", "num_classes"):
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{arg} must be a positive int{' or None' if arg in ('d_ff', 'num_classes') else ''}; "
-                             f"got {value!r}")
-    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
-    for arg, value in (("cls_token", cls_token), ("tie_weights", tie_weights)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{arg} must be True or False; got {value!r}")
-    if d_model % n_heads:
-        raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+    check_model_args(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal,
+                     d_ff=d_ff, dropout=dropout, cls_token=cls_token, tie_weights=tie_weights, num_classes=num_classes)
+    check_sizes(max_len=max_len)
     scheme_module = get_scheme(scheme)(d_model=d_model, n_heads=n_heads, n_layers=n_layers,
                                        max_len=max_len + int(cls_token), causal=causal, **scheme_kwargs)
     return Transformer(scheme_module, vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers,

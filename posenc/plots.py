@@ -63,6 +63,13 @@ def label_panels(axes) -> None:
         ax.set_title("")
 
 
+def _check_matrix(name: str, value, expected: str) -> None:
+    """ValueError unless `value` is a 2-D tensor: imshow would draw a 3-D one as an RGB(A) image."""
+    if not isinstance(value, torch.Tensor) or value.dim() != 2:
+        got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"{name} must be a 2-D tensor {expected}; got {got}")
+
+
 def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAGE_WIDTH, letters: bool = True,
            **subplot_kw):
     """A figure of `n` panels, at most `cols` to a row and `width` inches wide: (fig, list of n axes).
@@ -71,8 +78,9 @@ def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAG
     more than the page's width; extra cells of the last row are removed. With more than one
     panel, each is lettered (a), (b), ... in reading order (`label_panels`; letters=False: none).
     """
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int; got {n!r}")
+    for arg, value in (("n", n), ("cols", cols)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{arg} must be a positive int; got {value!r}")
     if width > PAGE_WIDTH:
         raise ValueError(f"width must be at most {PAGE_WIDTH} inches (the page's column); got {width}")
     cols = min(cols, n)
@@ -187,6 +195,7 @@ def ratio_bars(ratios: dict, *, xlabel: str, marks=(1.0, 2.0), ax=None, title: s
 
 def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_labels=None):
     """Heatmap of one head's attention weights [query, key]."""
+    _check_matrix("weights", weights, "[query, key] (one head: weights[b, h])")
     ax = _axes(ax, figsize=(4, 4))
     im = ax.imshow(weights.detach().float().cpu().numpy(), cmap="viridis", vmin=0)
     ax.set(xlabel="key position j", ylabel="query position i", title=title)
@@ -201,6 +210,7 @@ def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_label
 
 def position_similarity(table: torch.Tensor, *, ax=None, title: str = "", cosine: bool = True):
     """Heatmap of <p_i, p_j> (cosine by default) for a [positions, dim] table."""
+    _check_matrix("table", table, "[positions, dim] (drop a leading batch axis: table[0])")
     ax = _axes(ax, figsize=(4, 4))
     p = table.detach().float().cpu()
     if cosine:
@@ -216,6 +226,10 @@ def position_similarity(table: torch.Tensor, *, ax=None, title: str = "", cosine
 def patch_similarity_grid(table: torch.Tensor, grid, *, ax=None, title: str = ""):
     """ViT's Figure 7: for each patch (r, c) of an h x w grid, its cosine similarity with every
     patch's embedding, drawn as a small h x w map at tile (r, c) of an (h*h) x (w*w) mosaic."""
+    _check_matrix("table", table, "[h*w, dim]")
+    if not (isinstance(grid, (tuple, list)) and len(grid) == 2
+            and all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in grid)):
+        raise ValueError(f"grid must be (rows, columns) of positive ints; got {grid!r}")
     h, w = grid
     if table.shape[0] != h * w:
         raise ValueError(f"table has {table.shape[0]} rows but grid={grid!r} needs {h * w}")

@@ -256,6 +256,8 @@ SCHEMES: dict[str, type[Scheme]] = {}
 
 def register(name: str):
     """Class decorator adding a scheme to `SCHEMES` under `name`."""
+    if not isinstance(name, str) or not name:         # a tuple among the names breaks every sorted() of them
+        raise TypeError(f"register's name must be a non-empty str; got {name!r}")
     def add(cls: type[Scheme]) -> type[Scheme]:
         if not (isinstance(cls, type) and issubclass(cls, Scheme)):
             raise TypeError(f"register({name!r}) expects a Scheme subclass; got {cls!r}")

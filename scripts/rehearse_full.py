@@ -2,6 +2,7 @@
 
     python scripts/rehearse_full.py                          # every chapter with missing `full` runs
     python scripts/rehearse_full.py --chapters 07_t5 14_alibi --keep /tmp/rehearsal
+    python scripts/rehearse_full.py --chapters 07_t5 --forget  # its stored runs set aside in the copy first
 
 In a throwaway copy of the repository, every missing `full` run is trained for 3 steps (its
 fine-tunes for 2) on the CPU and stored under its real key, its machine line saying REHEARSAL.
@@ -53,6 +54,21 @@ def fill(chapters) -> int:
     return len(todo)
 
 
+def forget(chapters) -> int:
+    """Delete the stored `full` records (and weights) of `chapters` in this process's repository (the copy), so that a
+    chapter whose runs a GPU made can be rehearsed again. Returns how many records went."""
+    from posenc.runs.plans import plan
+    from posenc.runs.store import Store
+    store, gone = Store("full"), 0
+    for chapter in chapters:
+        for _, spec in plan(chapter, "full"):
+            for path in (store.path(spec), store.weights_path(spec)):
+                if path.exists():
+                    path.unlink()
+                    gone += path.suffix == ".json"
+    return gone
+
+
 def notebooks_of(chapters) -> list[str]:
     """The notebooks that show `chapters`, the findings page last. A plan without a notebook of its own is shown
     by the notebook of its number (15_length_generalisation by 15_comparison, 16_passkey by 16_rope_extension)."""
@@ -67,10 +83,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chapters", nargs="+", default=None, help="default: every chapter with missing full runs")
     parser.add_argument("--keep", type=Path, default=None, help="an empty or new folder to keep the copy in")
+    parser.add_argument("--forget", action="store_true",
+                        help="in the copy, delete the chapters' stored full runs first, and rehearse them all")
     parser.add_argument("--fill-only", action="store_true", help=argparse.SUPPRESS)    # the copy's own step
     args = parser.parse_args(argv)
     if args.fill_only:
         from posenc.runs.plans import names
+        if args.forget:
+            forget(args.chapters or names())
         fill(args.chapters or names())
         return 0
     from posenc.runs.__main__ import collect
@@ -91,8 +111,8 @@ def main(argv=None) -> int:
                 shutil.copy2(src, dst)
         env = {**os.environ, "PYTHONPATH": str(copy)}           # the copy's posenc, hence the copy's store
         script = copy / "scripts" / "rehearse_full.py"
-        subprocess.run([sys.executable, str(script), "--fill-only", "--chapters", *chapters], cwd=copy, env=env,
-                       check=True)
+        subprocess.run([sys.executable, str(script), "--fill-only", *(["--forget"] if args.forget else []),
+                        "--chapters", *chapters], cwd=copy, env=env, check=True)
         notebooks = notebooks_of(chapters)
         run = subprocess.run([sys.executable, "scripts/run_notebooks.py", *notebooks], cwd=copy, env=env)
         # a chapter names the machine of the runs it shows: the rehearsal's mark means it read the `full` records

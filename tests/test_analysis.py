@@ -8,7 +8,7 @@ import posenc
 from hypothesis import given, settings, strategies as st
 
 from posenc.analysis import (Band, bootstrap_ci, column_mean, left_plateau_step, mean, plateau_table, smooth,
-                             steps_to_reach, summarize, verdict, verdict_table)
+                             per_seed, steps_to_reach, summarize, verdict, verdict_table)
 from posenc.table import Table
 
 
@@ -58,10 +58,42 @@ def test_verdict_follows_one_rule():
     assert verdict([0.10, 0.12, 0.11], same)["verdict"] == "contradicted"      # surely apart, either side
     assert verdict([-0.10, -0.12, -0.11], same)["verdict"] == "contradicted"
     assert verdict([-0.03, 0.0, 0.03], same)["verdict"] == "not resolved"      # reaches past an edge
+    # an equivalence band is contradicted only beyond its edges: [0.01, 0.03] is past the null (0), and
+    # past the edge 0.02 only in part, so not resolved (reading "opposite" from the null would contradict it)
+    assert verdict([0.01, 0.02, 0.03], same)["verdict"] == "not resolved"
+    # a band with its null on an edge, Band(0.0, 0.05), is one-sided in effect, not an equivalence band:
+    # an interval above 0.05 is beyond the band but on the claim's side of no effect
+    edge = Band(0.0, 0.05)
+    assert not edge.equivalence and verdict([0.06, 0.07, 0.08], edge)["verdict"] == "not resolved"
+    # intervals exactly on an edge: the band is closed, and the far side starts past the edge
+    assert verdict([0.02] * 3, Band(None, 0.02, null=0.02))["verdict"] == "reproduced"
+    assert verdict([0.6] * 3, band)["verdict"] == verdict([0.85] * 3, band)["verdict"] == "reproduced"
+    assert verdict([1.0] * 3, band)["verdict"] == "not resolved"                # at no effect: not beyond it
+    assert verdict([0.02] * 3, same)["verdict"] == "reproduced"
     with pytest.raises(ValueError):
         Band(None, None)
     with pytest.raises(ValueError):
         Band(2.0, 1.0)
+
+
+def test_means_refuse_a_nan_a_missing_or_a_misspelt_metric_and_name_it():
+    """A NaN passed through summarize's mean, and made its spread depend on the row order ([0.1, nan, 0.9]
+    gave nan and 0.8); a misspelt metric gave `int + NoneType`. Both now raise naming the metric."""
+    rows = Table([{"scheme": "a", "seed": 0, "acc": 0.1}, {"scheme": "a", "seed": 1, "acc": math.nan},
+                  {"scheme": "a", "seed": 2, "acc": 0.9}])
+    for call in (lambda: summarize(rows, "scheme", "acc"), lambda: column_mean(rows, "acc", scheme="a"),
+                 lambda: per_seed(rows, "acc", scheme="a")):
+        with pytest.raises(ValueError, match=r"metric 'acc' must hold numbers \(not NaN\): 1 of"):
+            call()
+    for call in (lambda: column_mean(rows, "accuracy", scheme="a"), lambda: per_seed(rows, "accuracy", scheme="a")):
+        with pytest.raises(ValueError, match=r"metric 'accuracy' is not a column.*'acc'"):
+            call()
+    with pytest.raises(ValueError, match="metric 'acc' is not a column of 1 of 2 rows"):
+        summarize([{"scheme": "a", "acc": 0.5}, {"scheme": "a"}], "scheme", "acc")
+    with pytest.raises(ValueError, match="True"):
+        column_mean([{"scheme": "a", "ok": True}], "ok")                          # a flag is not a number
+    never = summarize([{"s": "a", "steps": math.inf}, {"s": "a", "steps": 3}], "s", "steps")[0]
+    assert never["steps"] == math.inf and never["steps_spread"] == math.inf         # an infinity is a value
 
 
 def test_a_claim_with_no_seed_to_measure_is_not_resolved_and_says_so(tmp_path):

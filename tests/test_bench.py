@@ -152,6 +152,19 @@ def test_an_unusable_device_is_refused_by_name(monkeypatch, device, match, capsy
     assert not ran and match in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option, value", [("--seq-len", "0"), ("--seq-len", "-3"), ("--threads", "0"),
+                                           ("--threads", "-2"), ("--rounds", "0"), ("--rounds", "x")])
+def test_a_size_that_is_not_a_positive_int_is_refused_by_its_option(monkeypatch, capsys, option, value):
+    """--seq-len 0 had ended in "max_len must be a positive int" (the wrong name), -3 in a negative-dimension
+    RuntimeError, --threads 0 in set_num_threads' traceback; now argparse names the option, before running."""
+    from posenc.bench.__main__ import main
+    ran = []
+    monkeypatch.setattr("posenc.bench.__main__.run_sections", lambda *a: ran.append(a) or {})
+    with pytest.raises(SystemExit):
+        main(["--only", "rope", option, value])
+    assert not ran and f"argument {option}: must be a positive int" in capsys.readouterr().err
+
+
 def test_stored_section_takes_the_first_device_whose_table_holds_it(tmp_path):
     from posenc.bench.stored import stored_bench, stored_section
     (tmp_path / "cpu.json").write_text(json.dumps({"machine": "cpu: m", "sections": {

@@ -44,6 +44,11 @@ def test_t5_bucket_rejects_bad_input():
         t5_bucket(torch.arange(3), num_buckets=2)
     with pytest.raises(ValueError):
         t5_bucket(torch.arange(3), num_buckets=32, max_distance=4)
+    for bad in (None, 32.0, True):                       # None gave "unsupported operand type(s) for //"
+        with pytest.raises(ValueError, match="num_buckets must be an int"):
+            t5_bucket(torch.arange(3), num_buckets=bad)
+    with pytest.raises(TypeError, match="register's name must be a non-empty str"):
+        posenc.scheme.register(("t5", 2))                # would break every sorted() of the scheme names
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -340,3 +340,28 @@ def test_bad_counting_lengths():
         task.batch(2, 33, torch.Generator(), True)
     with pytest.raises(ValueError, match="mark_prob=0.001 is too small"):
         CountingTask(k=3, mark_prob=0.001).batch(2, 4, torch.Generator(), True)
+
+
+def test_cope_logits_refuse_integer_inputs_rather_than_truncate_them():
+    """Integer q and k gave int64 logits ([2, 4, 6, 6]: the float result cast back to q's dtype)."""
+    from posenc.schemes.cope import cope_logits
+    q, table = torch.randint(0, 3, (1, 1, 4, 8)), torch.randn(5, 8)
+    for args, name in (((q, q.float(), table), "q"), ((q.float(), q, table), "k"),
+                       ((q.float(), q.float(), table.long()), "table")):
+        with pytest.raises(TypeError, match=f"{name} must be a floating-point tensor; got torch.int64"):
+            cope_logits(*args, 0.35)
+    assert cope_logits(q.float(), q.float(), table, 0.35).dtype == torch.float32
+
+
+def test_a_nan_in_q_or_k_gives_nan_logits_not_an_index_error():
+    """NaN gates made NaN positions, and NaN.long() an index of -2^63 ("index ... is out of bounds")."""
+    from posenc.schemes.cope import cope_logits, interpolate_logits
+    torch.manual_seed(0)
+    q, k, table = torch.randn(1, 1, 4, 8), torch.randn(1, 1, 4, 8), torch.randn(5, 8)
+    k[0, 0, 1, 3] = float("nan")
+    out = cope_logits(q, k, table, 0.35)
+    assert out.isnan().any() and out.shape == (1, 1, 4, 4)
+    z, p = torch.randn(2, 5), torch.tensor([[0.5, float("nan")], [1.25, 3.0]])
+    got = interpolate_logits(z, p)
+    assert got[0, 1].isnan() and not got[0, 0].isnan()
+    torch.testing.assert_close(got[1], torch.stack([0.75 * z[1, 1] + 0.25 * z[1, 2], z[1, 3]]))

@@ -33,6 +33,9 @@ def test_one_trace_per_scheme_and_task_with_the_first_task_shown_and_a_menu_for_
     assert list(rope.x) == [1.0, 2.0, 4.0]
     assert rope.y[0] == pytest.approx(4.01)                       # mean of 4.00, 4.01, 4.02
     assert all(v >= 0 for v in list(rope.error_y.array) + list(rope.error_y.arrayminus))
+    lo, hi = posenc.analysis.bootstrap_ci([4.00, 4.01, 4.02])          # the bars are the interval's two arms
+    assert rope.error_y.array[0] == pytest.approx(hi - 4.01, abs=1e-4)
+    assert rope.error_y.arrayminus[0] == pytest.approx(4.01 - lo, abs=1e-4)
     assert rope.line.color == posenc.plots.SCHEME_STYLE["rope"][0]
 
 

@@ -58,6 +58,8 @@ def test_kerple_parameters_stay_in_their_range_and_start_where_the_papers_code_d
     hi1, hi2 = (2.0, 1.0) if kernel == "log" else (1.0, 2.0)              # the code's U(0, 2) and U(0, 1)
     assert (scheme.r1 >= 0.01 - 1e-6).all() and (scheme.r1 <= hi1).all()
     assert (scheme.r2 >= 0.01 - 1e-6).all() and (scheme.r2 <= hi2).all()
+    for r, hi in ((scheme.r1, hi1), (scheme.r2, hi2)):          # 64 draws spread over U(0, hi), not a corner of it
+        assert 0.7 * hi / 2 < r.mean() < 1.3 * hi / 2 and r.max() > 0.75 * hi   # fail by chance: < 1e-4
     with torch.no_grad():
         scheme.rho1.fill_(-80.0)
         scheme.rho2.copy_(torch.linspace(-80, 80, 64).view(4, 16))

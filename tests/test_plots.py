@@ -134,3 +134,19 @@ def test_ratio_bars_sorts_and_colours_each_scheme():
     with pytest.raises(ValueError, match="ratios"):
         ratio_bars({}, xlabel="x")
     plt.close("all")
+
+
+def test_heatmaps_refuse_what_imshow_would_draw_as_a_colour_image():
+    """A [heads, n, n] map of 3 or 4 heads was drawn as an RGB(A) picture; a [1, N, D] table failed in a
+    matmul; a float grid in a view(); cols=0 in a ZeroDivisionError. Each now names its argument."""
+    with pytest.raises(ValueError, match=r"weights must be a 2-D tensor \[query, key\].*\(4, 4, 4\)"):
+        plots.attention_map(torch.rand(4, 4, 4))
+    with pytest.raises(ValueError, match=r"table must be a 2-D tensor \[positions, dim\].*\(1, 8, 6\)"):
+        plots.position_similarity(torch.rand(1, 8, 6))
+    with pytest.raises(ValueError, match="grid must be \\(rows, columns\\) of positive ints"):
+        plots.patch_similarity_grid(torch.rand(16, 8), (4.0, 4.0))
+    with pytest.raises(ValueError, match="cols must be a positive int; got 0"):
+        plots.panels(3, cols=0)
+    ax = plots.attention_map(torch.rand(4, 4))                        # one head: drawn
+    assert ax.images[0].get_array().shape == (4, 4)
+    plt.close("all")

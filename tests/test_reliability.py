@@ -149,6 +149,33 @@ def test_build_model_refuses_bad_arguments(kwargs, name):
         posenc.build_model("nope", args.pop("vocab_size"), causal=True, **args)
 
 
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(cls_token="no"), "cls_token"), (dict(tie_weights="no"), "tie_weights"), (dict(d_ff=0), "d_ff"),
+    (dict(vocab_size=0), "vocab_size"), (dict(num_classes=-1), "num_classes"), (dict(dropout=-0.5), "dropout"),
+])
+def test_the_transformer_refuses_what_build_model_refuses(kwargs, name):
+    """posenc.Transformer is public too: a truthy "no" must not add a [CLS] token, nor d_ff=0 become 4 d_model."""
+    scheme = posenc.SCHEMES["nope"](d_model=32, n_heads=2, n_layers=1, max_len=16, causal=True)
+    args = {"vocab_size": 10, "d_model": 32, "n_heads": 2, "n_layers": 1, "causal": True, **kwargs}
+    with pytest.raises((ValueError, TypeError), match=name):
+        posenc.Transformer(scheme, args.pop("vocab_size"), **args)
+
+
+def test_attention_refuses_a_scheme_built_for_other_heads_and_bad_sizes():
+    """A RoPE built for 8-dim heads, in an attention with 16-dim ones, would rotate half of each head."""
+    from posenc.scheme import PositionContext
+    rope = posenc.SCHEMES["rope"](d_model=32, n_heads=4, n_layers=1, max_len=16, causal=True)
+    ctx = PositionContext(torch.arange(5), True)
+    ctx.tables = rope.prepare(ctx)
+    with pytest.raises(ValueError, match="n_heads=4 but Attention n_heads=2"):
+        posenc.Attention(32, 2, 0)(torch.randn(2, 5, 32), rope, ctx)
+    out, _ = posenc.Attention(32, 4, 0)(torch.randn(2, 5, 32), rope, ctx)       # the heads it was built for
+    assert out.shape == (2, 5, 32)
+    for kwargs, name in ((dict(n_heads=0), "n_heads"), (dict(dropout=-0.5), "dropout"), (dict(d_model=30), "d_model")):
+        with pytest.raises(ValueError, match=name):
+            posenc.Attention(**{"d_model": 32, "n_heads": 4, "layer": 0, **kwargs})
+
+
 @pytest.mark.parametrize("scheme", ["alibi", "t5", "shaw", "learned", "tupe", "deberta", "rope"])
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32])
 def test_small_integer_positions_are_widened_not_wrapped(scheme, dtype):

@@ -200,8 +200,13 @@ def test_bad_options_are_named():
         s.set_scaling("pi", 4.0, original_max_position_embeddings=L)
     with pytest.raises(ValueError, match="factor must be 1"):
         s.set_scaling("default", 2.0)
-    with pytest.raises(ValueError, match="factor must be a number >= 1"):
+    with pytest.raises(ValueError, match="factor must be a finite number >= 1"):
         s.set_scaling("yarn", 0.5, original_max_position_embeddings=L)
+    for scaling in ("pi", "ntk", "yarn"):          # an infinite factor made every angle 0: RoPE without position
+        with pytest.raises(ValueError, match="factor must be a finite number >= 1; got inf"):
+            s.set_scaling(scaling, math.inf, **({"original_max_position_embeddings": L} if scaling == "yarn" else {}))
+    with pytest.raises(ValueError, match="factor must be a finite number >= 1; got -2"):
+        posenc.schemes.rotary.ntk_base(10000.0, -2, 16)                  # was a complex number
     with pytest.raises(ValueError, match="seq_len"):
         s.set_scaling("dynamic", 4.0, original_max_position_embeddings=L, seq_len=100)
     with pytest.raises(ValueError, match="short_factor and long_factor"):

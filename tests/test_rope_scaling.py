@@ -135,3 +135,14 @@ def test_float64_frequencies_round_to_the_float32_ones(rope_type, params, call):
     torch.testing.assert_close(f64.float(), f32, rtol=1e-6, atol=0)
     with pytest.raises(ValueError, match="dtype"):
         rope_inv_freq(HEAD, 500000.0, dtype=torch.float16, **kw)
+
+
+def test_dynamic_scaling_names_its_smallest_rotated_dim_instead_of_dividing_by_zero():
+    """base' = base (s n / L - (s - 1))^(d/(d-2)) has no value at d = 2: a ZeroDivisionError before."""
+    with pytest.raises(ValueError, match="rope_type='dynamic' needs rotated dims >= 4"):
+        rope_inv_freq(2, rope_type="dynamic", factor=2.0, max_position_embeddings=2048, seq_len=4096)
+    with pytest.raises(ValueError, match="rotated dims >= 4"):
+        rope_inv_freq(8, rope_type="dynamic", factor=2.0, max_position_embeddings=2048, seq_len=4096,
+                      partial_rotary_factor=0.25)
+    inv, _ = rope_inv_freq(4, rope_type="dynamic", factor=2.0, max_position_embeddings=2048, seq_len=4096)
+    assert inv.shape == (2,) and torch.isfinite(inv).all()

@@ -1,4 +1,5 @@
 """RoPE (posenc.rotary): references, the derivation's claims, autograd, dtypes, the scheme."""
+import math
 import pytest
 import torch
 from rotary_embedding_torch import RotaryEmbedding, apply_rotary_emb
@@ -288,3 +289,15 @@ def test_interpolation_and_ntk_change_the_angles_as_derived():
     scheme.set_scaling("ntk", 4.0)
     assert scheme.effective_base == pytest.approx(10000.0 * 4.0 ** (16 / 14))
     torch.testing.assert_close(scheme.table(pos)[1], rope_table(pos, 16, ntk_base(10000.0, 4.0, 16))[1])
+
+
+@pytest.mark.parametrize("base", [math.inf, 1.0, True, None])
+def test_an_infinite_or_trivial_base_is_refused_not_served_as_no_position(base):
+    """base = inf left only pair 0 with an angle (every other theta_i = 0): a silent near-NoPE."""
+    from posenc.absolute import sinusoidal_table
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        apply_rope(torch.randn(1, 4, 8), torch.arange(4), base=base)
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        sinusoidal_table(10, 8, base=base)
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        posenc.build_model("rope", 16, causal=True, d_model=16, n_heads=2, base=base)

@@ -53,6 +53,11 @@ def test_every_setting_changes_the_key_and_defaults_are_explicit():
     (dict(scheme="nosuchscheme"), "scheme must be one of"),
     (dict(recipe="nosuchrecipe"), "recipe must be one of"),
     (dict(task_kwargs={"name": "copy", "trainlength": 8}), r"task_kwargs has unknown settings \['trainlength'\]"),
+    (dict(keep_weights="no"), "keep_weights must be True or False"),        # truthy: weights would be kept
+    (dict(keep_weights=1), "keep_weights must be True or False"),           # 1 and True hash to two runs
+    (dict(lengths=512), "lengths must be a sequence"),
+    (dict(model=None), "model must be a dict"),
+    (dict(eval=None), "eval must be a dict"),
 ])
 def test_bad_specs_are_refused_naming_the_field(bad, match):
     kwargs = dict(scheme="nope", task="synthetic", task_kwargs={"name": "copy"}, model={"causal": True})
@@ -174,6 +179,10 @@ def test_every_chapter_plan_is_a_list_of_labelled_specs():
             assert all(isinstance(lab, dict) and isinstance(s, RunSpec) for lab, s in labelled)
             keys = [tuple(sorted(lab.items())) for lab, _ in labelled]
             assert len(keys) == len(set(keys)), f"{name}/{profile}: two runs share a label"
+    assert plan("11_rope", "paper") == []                     # no runs at a profile: an empty plan
+    for misspelt in ("Full", "gpu", None):                    # a typo: an error, never that same empty plan
+        with pytest.raises(ValueError, match="profile must be one of"):
+            plan("11_rope", misspelt)
 
 
 def test_the_runner_dry_run_lists_missing_runs_with_an_estimate(tmp_path):

@@ -171,3 +171,16 @@ def test_record_claim_applies_the_one_rule_and_stores_the_evidence(tmp_path):
     assert rows["in band"]["seeds"] == 3 and rows["in band"]["interval"][0] >= 0.10
     assert rows["in band"]["measured"].startswith("gain: +0.110 [")
     assert rows["other side"]["verdict"] == "contradicted"
+
+
+def test_run_and_length_table_refuse_bad_lengths_and_a_config_that_is_a_dict():
+    """`lengths=8` gave "'int' object is not iterable", (8.0,) a manual_seed error after training, and a dict
+    for cfg "'dict' object has no attribute 'seed'"; a generator of lengths is still read once, whole."""
+    task = posenc.tasks.SyntheticTask(name="copy", train_length=8)
+    model = posenc.build_model("nope", task.vocab_size, causal=True, d_model=16, n_heads=2)
+    for bad in (8, (8.0,), "8", (0,)):
+        with pytest.raises(TypeError, match="lengths must be a sequence of positive ints"):
+            posenc.length_table(model, task, bad)
+    with pytest.raises(TypeError, match="cfg must be a posenc.TrainConfig; got dict"):
+        posenc.run("nope", task, {"steps": 1}, causal=True, lengths=(8,))
+    assert [r["length"] for r in posenc.length_table(model, task, (n for n in (8, 16)), n_samples=4)] == [8, 16]

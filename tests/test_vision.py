@@ -366,3 +366,18 @@ def test_a_vit_refuses_a_scheme_built_for_another_model_and_patchify_a_bad_patch
             V.patchify(torch.randn(1, 1, 8, 8), bad)
     with pytest.raises(ValueError, match="at least two rows and two columns"):
         V.grid_similarity(torch.randn(4, 8), (1, 4))
+
+
+@pytest.mark.parametrize("stem", ["patch", "cnn"])
+def test_images_of_another_dtype_than_the_model_are_refused_by_name(stem):
+    """numpy's float64 images met float32 weights in the convolution: "Input type (double) and bias type
+    (float) should be the same". Under autocast the convolution casts half-precision images, not float64."""
+    model = V.build_vit("sincos2d", image_size=16, patch_size=4, num_classes=10, stem=stem)
+    images = torch.rand(2, 1, 16, 16)
+    with pytest.raises(TypeError, match="images must have the model's dtype, torch.float32; got torch.float64"):
+        model(images.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(images.bfloat16()).shape == (2, 10)                       # autocast casts these
+        with pytest.raises(TypeError, match="got torch.float64"):
+            model(images.double())                                              # but never float64
+    assert model.double()(images.double()).dtype == torch.float64                 # a float64 model takes them

@@ -149,14 +149,21 @@ def test_xpos_is_registered_causal_only_and_shift_invariant():
     assert not model.scheme.custom_attention and model.context(9, None, "cpu").attn_mask is None   # fused SDPA
 
 
-def test_xpos_scheme_transforms_as_apply_xpos():
-    scheme = small_model("xpos", layout="half").scheme
+@pytest.mark.parametrize("options", [{}, {"scale_base": 32.0, "gamma_hat": 0.1}])
+def test_xpos_scheme_transforms_as_apply_xpos(options):
+    """At the defaults and at the book's "xpos (scale L/2)" kind of setting: a scheme that dropped its own
+    scale_base or gamma_hat for the defaults would pass the first case only."""
+    scheme = small_model("xpos", layout="half", **options).scheme
     ctx = posenc.PositionContext(torch.arange(13) + 40, causal=True)
     ctx.tables = scheme.prepare(ctx)
     q, k = torch.randn(2, 2, 4, 13, 8)
     got = scheme.layer_transform_qk(q, k, ctx, 0)
-    for a, b in zip(got, apply_xpos(q, k, torch.arange(13) + 40, layout="half")):
+    for a, b in zip(got, apply_xpos(q, k, torch.arange(13) + 40, layout="half", **options)):
         torch.testing.assert_close(a, b)
+    if options:                                                   # and the options change what it does
+        default = small_model("xpos", layout="half").scheme
+        ctx.tables = default.prepare(ctx)
+        assert not torch.allclose(default.layer_transform_qk(q, k, ctx, 0)[0], got[0])
 
 
 def test_xpos_model_ignores_an_offset_and_never_looks_ahead():
@@ -405,3 +412,30 @@ def test_tables_follow_the_positions_device():
     x = torch.empty(2, 8, 16, device="meta")
     assert apply_rope(x, pos, rotary_fraction=0.5, p=0.5).device.type == "meta"
     assert apply_xpos(x, x, pos)[1].device.type == "meta"
+
+
+def test_xpos_refuses_a_span_its_scale_would_overflow_and_serves_one_just_inside():
+    """zeta_0^(-(m - c)/gamma) passes float32's largest value past a span of about 72,500 (gamma = 512), and
+    float16's past about 9,000: there the tables held inf and the scores NaN, with no error. Inside the limit
+    every number is finite; past it the error names the span, the dtype and scale_base."""
+    from posenc.schemes.xpos import check_xpos_span
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 6, 16)
+    inside = torch.arange(6) * 14000                                          # span 70,001
+    q, k = apply_xpos(x, x, inside)
+    assert torch.isfinite(q).all() and torch.isfinite(k).all()
+    with pytest.raises(ValueError, match=r"span 150001.*float32.*scale_base"):
+        apply_xpos(x, x, torch.arange(6) * 30000)
+    q, k = apply_xpos(x.half(), x.half(), torch.arange(6) * 1600)            # span 8,001 in float16
+    assert torch.isfinite(q).all() and torch.isfinite(k).all()
+    with pytest.raises(ValueError, match="float16"):
+        apply_xpos(x.half(), x.half(), torch.arange(6) * 5000)
+    apply_xpos(x, x, torch.arange(6) * 30000, scale_base=4096.0)             # a larger gamma serves it
+    model = posenc.build_model("xpos", 32, causal=True, d_model=32, n_heads=2, max_len=16)
+    tokens = torch.randint(0, 32, (1, 8))
+    assert torch.isfinite(model(tokens, torch.arange(8) * 9000)).all()      # span 63,001
+    with pytest.raises(ValueError, match="xPos's scale"):
+        model(tokens, torch.arange(8) * 20000)
+    check_xpos_span(0, 72000, 512.0)                                          # the limit the message gives
+    with pytest.raises(ValueError, match="about 72519"):
+        check_xpos_span(0, 73500, 512.0)

@@ -101,16 +101,27 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
     return out
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1 (argparse names the option in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive int; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int; got {value}")
+    return value
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(DEFAULT))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: 1 on CPU, where the CPU-time clock is steadiest on a shared machine)")
     p.add_argument("--clock", choices=["wall", "cpu"], default=None,
                    help="default: cpu (this process's CPU time) with one CPU thread, else wall")
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--seq-len", type=positive_int, default=256)
+    p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--save", type=Path, default=None,
                    help="write the tables and the machine line as JSON (sections not rerun are kept if the machine matches)")
     a = p.parse_args(argv)

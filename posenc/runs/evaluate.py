@@ -13,12 +13,23 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def check_lengths(lengths) -> tuple:
+    """`lengths` as a tuple; a TypeError unless it is a sequence of positive ints (512 alone is not; nor 8.0)."""
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a sequence of positive ints; got {lengths!r}")
+    lengths = tuple(lengths)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in lengths):
+        raise TypeError(f"lengths must be a sequence of positive ints; got {lengths!r}")
+    return lengths
+
+
 def length_table(model, task, lengths, *, label: dict | None = None, **eval_kwargs) -> Table:
     """One row per evaluation length: {**label, length, x_train, <task metrics>}.
 
     `x_train` is the length as a multiple of the task's training length. Extra
     keywords go to `task.evaluate` (e.g. `n_samples`, `max_tokens`).
     """
+    lengths = check_lengths(lengths)
     device = model_device(model)
     dtype = amp_dtype("auto", device)
     model.eval()
@@ -37,6 +48,9 @@ def run(scheme: str, task, cfg: TrainConfig, *, causal: bool, lengths=(), model_
     The model is initialised from `cfg.seed`, so (scheme, task, cfg) fixes every number.
     `max_len` defaults to the longest sequence the evaluation lengths need.
     """
+    if not isinstance(cfg, TrainConfig):                 # before building: a dict failed at cfg.seed
+        raise TypeError(f"cfg must be a posenc.TrainConfig; got {type(cfg).__name__}")
+    lengths = check_lengths(lengths)
     model = seeded_model(scheme, task, cfg, causal=causal, lengths=lengths, model_kwargs=model_kwargs)
     result = train(model, task, cfg)
     label = {"scheme": scheme, "causal": causal, "seed": cfg.seed} if label is None else label

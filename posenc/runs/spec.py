@@ -74,6 +74,13 @@ class RunSpec:
                 raise TypeError(f"{name} must be a non-empty str; got {getattr(self, name)!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative int; got {self.seed!r}")
+        if not isinstance(self.keep_weights, bool):          # "no" is truthy, and 1 and True hash apart
+            raise TypeError(f"keep_weights must be True or False; got {self.keep_weights!r}")
+        for name in ("model", "train", "task_kwargs", "eval"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"{name} must be a dict of settings; got {getattr(self, name)!r}")
+        if isinstance(self.lengths, (str, bytes)) or not hasattr(self.lengths, "__iter__"):
+            raise TypeError(f"lengths must be a sequence of positive ints; got {self.lengths!r}")
         unknown = sorted(set(self.train) - set(TRAIN_FIELDS + OPTIONAL_TRAIN_FIELDS))
         if unknown:
             raise ValueError(f"train has unknown settings {unknown}; "
@@ -118,6 +125,9 @@ class RunSpec:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown spec fields {unknown}")
+        lengths = data.get("lengths", ())
+        if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+            raise TypeError(f"lengths must be a sequence of positive ints; got {lengths!r}")
         return cls(**{k: tuple(v) if k == "lengths" else v for k, v in data.items()})
 
     @property

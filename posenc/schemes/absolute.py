@@ -38,8 +38,8 @@ def sinusoidal_angles(positions: Tensor, dim: int, base: float = 10000.0) -> Ten
     """theta[p, i] = p / base^(2i/dim): [len(positions), dim/2], float64 then float32-safe."""
     if not isinstance(dim, int) or dim < 2 or dim % 2:
         raise ValueError(f"dim must be a positive even int; got {dim!r}")
-    if not base > 1:
-        raise ValueError(f"base must be > 1; got {base!r}")
+    if isinstance(base, bool) or not (isinstance(base, (int, float)) and 1 < base < float("inf")):
+        raise ValueError(f"base must be a finite number > 1; got {base!r}")
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim)  # (dim/2,)
     return positions.to(torch.float64)[:, None] * inv_freq[None, :]                 # (P, dim/2)
 

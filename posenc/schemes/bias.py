@@ -39,8 +39,10 @@ def t5_bucket(relative_position: Tensor, bidirectional: bool = True, num_buckets
         raise TypeError("relative_position must be an integer tensor (key_pos - query_pos)")
     if not isinstance(bidirectional, bool):
         raise TypeError(f"bidirectional must be True or False; got {bidirectional!r}")
+    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int):
+        raise ValueError(f"num_buckets must be an int >= {4 if bidirectional else 2}; got {num_buckets!r}")
     half = num_buckets // 2 if bidirectional else num_buckets                 # buckets per sign
-    if not isinstance(num_buckets, int) or half < 2:
+    if half < 2:
         raise ValueError(f"num_buckets must be an int >= {4 if bidirectional else 2}; got {num_buckets!r}")
     exact = half // 2                                                         # m: one bucket per distance below m
     if not isinstance(max_distance, int) or max_distance <= exact:

@@ -84,15 +84,18 @@ def contextual_positions(gates: Tensor) -> Tensor:
 def interpolate_logits(z: Tensor, positions: Tensor) -> Tensor:
     """q_i . e(p_ij) from z_i[p] = q_i . e[p]: eq. (5) applied to z, p clamped to [0, P - 1].
 
-    z [..., Q, P], positions [..., Q, K] (non-negative) -> [..., Q, K].
+    z [..., Q, P], positions [..., Q, K] (non-negative) -> [..., Q, K]. A NaN position (q or k held a NaN
+    or an inf, a diverging run) gives a NaN logit, as every other attention does, not an index error.
     """
     npos = z.shape[-1]
     p = positions.clamp(0, npos - 1)
+    lost = p.isnan()                                                           # NaN.long() indexes nowhere
+    p = p.masked_fill(lost, 0.0)
     floor, ceil = p.floor(), p.ceil()
     w = p - floor                                                              # differentiable in p
     z_ceil = z.gather(-1, ceil.long().expand(*z.shape[:-2], *p.shape[-2:]))
     z_floor = z.gather(-1, floor.long().expand(*z.shape[:-2], *p.shape[-2:]))
-    return z_ceil * w + z_floor * (1 - w)                                      # (.., Q, K)
+    return (z_ceil * w + z_floor * (1 - w)).masked_fill(lost, float("nan"))    # (.., Q, K)
 
 
 def _describe(value) -> str:
@@ -105,6 +108,10 @@ def cope_logits(q: Tensor, k: Tensor, table: Tensor, scale: float, gates: Tensor
     q [B, H, Q, d], k [B, H, K, d]; table e [P, d] (shared by the heads) or [H, P, d];
     `gates` replaces eq. (3) when given ([.., Q, K], zero after the query).
     """
+    for name, x in (("q", q), ("k", k), ("table", table)):
+        if not isinstance(x, Tensor) or not x.is_floating_point():     # integer logits would be truncated
+            raise TypeError(f"{name} must be a floating-point tensor; got "
+                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
     if table.dim() not in (2, 3) or table.shape[-1] != q.shape[-1] or table.shape[-2] < 1:
         d = q.shape[-1]
         raise ValueError(f"table must be [npos >= 1, {d}] or [heads, npos >= 1, {d}]; got {tuple(table.shape)}")

@@ -91,6 +91,9 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
     if rope_type == "linear":
         return default_inv_freq(rot, base, dtype) / params["factor"], 1.0
     if rope_type == "dynamic":
+        if rot < 4:                                  # base' has the exponent d / (d - 2)
+            raise ValueError(f"rope_type='dynamic' needs rotated dims >= 4 (its base' has the exponent d/(d-2)); "
+                             f"got dim * partial_rotary_factor = {rot}")
         return _dynamic(rot, base, params["factor"], _need(max_position_embeddings, rope_type), seq_len, dtype), 1.0
     if rope_type == "llama3":
         return _llama3(rot, base, dtype, **params), 1.0

@@ -86,8 +86,8 @@ LENGTH_DEPENDENT = ("dynamic", "longrope")
 def rope_frequencies(dim: int, base: float = 10000.0, dtype=torch.float64, device=None) -> Tensor:
     """theta_i = base^(-2i/dim), i = 0 .. dim/2 - 1 (RoFormer Eq. 15): [dim/2]."""
     _check_dim(dim)
-    if not (isinstance(base, (int, float)) and base > 1):
-        raise ValueError(f"base must be a number > 1; got {base!r}")
+    if isinstance(base, bool) or not (isinstance(base, (int, float)) and 1 < base < math.inf):
+        raise ValueError(f"base must be a finite number > 1; got {base!r}")
     return base ** (-torch.arange(0, dim, 2, dtype=dtype, device=device) / dim)
 
 
@@ -96,7 +96,14 @@ def ntk_base(base: float, factor: float, dim: int) -> float:
     _check_dim(dim)
     if dim < 4:
         raise ValueError(f"NTK-aware scaling needs dim >= 4; got dim={dim}")
+    _check_factor(factor)
     return float(base) * float(factor) ** (dim / (dim - 2))
+
+
+def _check_factor(factor) -> None:
+    """An infinite factor would turn every angle into 0 (a RoPE that no longer encodes position)."""
+    if isinstance(factor, bool) or not (isinstance(factor, (int, float)) and 1 <= factor < math.inf):
+        raise ValueError(f"factor must be a finite number >= 1; got {factor!r}")
 
 
 def rotated_dims(head_dim: int, rotary_fraction: float = 1.0) -> int:
@@ -388,8 +395,7 @@ class RoPE(Scheme):
         """
         if scaling not in SCALINGS:
             raise ValueError(f"scaling must be one of {SCALINGS}; got {scaling!r}")
-        if isinstance(factor, bool) or not (isinstance(factor, (int, float)) and factor >= 1):
-            raise ValueError(f"factor must be a number >= 1; got {factor!r}")
+        _check_factor(factor)
         if scaling in POSITION_SCALINGS:
             if params:
                 raise ValueError(f"scaling={scaling!r} takes only factor; got parameters {sorted(params)} "

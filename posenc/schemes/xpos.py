@@ -32,7 +32,9 @@ with c = seq_len // 2):
 which leaves every score unchanged (the zeta^(c/gamma) cancel) and shifts with the
 positions, so |m - c| <= (max - min)/2 + 1 whatever the offset. With gamma = 512 the
 factors then stay within float32 (and bf16) up to ~70,000 tokens, within float16 (whose q,
-k the rotation returns) up to ~9,000. The scale is formed in float64 and folded into the
+k the rotation returns) up to ~9,000; past that `check_xpos_span` refuses the positions (the
+scheme checks them once per forward, `apply_xpos` whenever its positions are on the CPU), where the tables
+would hold inf. The scale is formed in float64 and folded into the
 cos/sin tables (q: zeta^a cos, zeta^a sin; k: the same divided), so the rotation kernel of
 `posenc.rotary` does the whole transform and its backward, the transpose, stays exact.
 
@@ -42,6 +44,8 @@ with partial rotation only the r rotated dims are scaled, with zeta over their r
 blockwise causal attention (for extrapolation) is not part of this scheme.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -80,6 +84,23 @@ def xpos_scale(positions: Tensor, dim: int, scale_base: float = 512.0, gamma_hat
     return (xpos_zeta(dim, gamma_hat, wide, positions.device) ** power[:, None]).to(dtype)  # (T, dim/2)
 
 
+def check_xpos_span(low: float, high: float, scale_base: float = 512.0, gamma_hat: float = 0.4,
+                    dtype=torch.float32) -> None:
+    """ValueError unless the factors zeta^(+-(m - c)/gamma) of positions low..high fit in `dtype`.
+
+    The largest is zeta_0^(-a) with a = (|m - c|)_max / gamma <= ((high - low) // 2 + 1) / gamma, so
+    it fits when a ln(1/zeta_0) <= ln(finfo(dtype).max): a span of about 70,000 in float32 and
+    bf16, 9,000 in float16, at gamma = 512. Past it the tables hold inf and the scores NaN."""
+    zeta_0 = gamma_hat / (1 + gamma_hat)
+    exponent = ((high - low) // 2 + 1) / scale_base * math.log(1 / zeta_0)
+    limit = math.log(torch.finfo(dtype).max)
+    if exponent > limit:
+        longest = int(2 * (limit / math.log(1 / zeta_0) * scale_base - 1))
+        raise ValueError(f"positions span {high - low + 1:g} (from {low:g} to {high:g}), but xPos's scale "
+                         f"zeta^((m - c)/scale_base) overflows {dtype} past a span of about {longest} at "
+                         f"scale_base={scale_base:g}: raise scale_base or shorten the span")
+
+
 def xpos_table(positions: Tensor, dim: int, base: float = 10000.0, scale_base: float = 512.0,
                gamma_hat: float = 0.4, dtype=torch.float32, p: float = 1.0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(cos, sin) scaled for queries and for keys: zeta^a cos(m theta), zeta^a sin(m theta), and the same
@@ -110,6 +131,9 @@ def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, l
     if positions.shape[0] != q.shape[-2]:
         raise ValueError(f"positions must have length seq={q.shape[-2]} (q.shape[-2]); got {positions.shape[0]}")
     r = rotated_dims(q.shape[-1], rotary_fraction)
+    if positions.numel() and positions.device.type == "cpu":       # read where reading is free (no device wait)
+        check_xpos_span(float(positions.min()), float(positions.max()), scale_base, gamma_hat,
+                        q.dtype if q.is_floating_point() else torch.float32)
     qc, qs, kc, ks = xpos_table(positions.to(q.device), r, base, scale_base, gamma_hat, _compute_dtype(q.dtype), p)
     return rotate_leading(q, qc, qs, layout), rotate_leading(k, kc, ks, layout)
 
@@ -149,6 +173,13 @@ class XPos(RoPE):
         super().__init__(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal,
                          **rope_options)
         self.scale_base, self.gamma_hat = float(scale_base), float(gamma_hat)
+
+    def prepare(self, ctx: PositionContext) -> dict:
+        extent = ctx.minmax()                                           # on the host: no wait on the device
+        if extent is not None:
+            low, high = (v / self.factor for v in extent) if self.scaling == "pi" else extent
+            check_xpos_span(low, high, self.scale_base, self.gamma_hat)
+        return super().prepare(ctx)
 
     def table(self, positions: Tensor, highest: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(q cos, q sin, k cos, k sin) [seq, r/2]: RoPE's tables times zeta^((m-c)/gamma) and divided by it."""

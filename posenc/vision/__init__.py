@@ -145,6 +145,15 @@ def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *, num_prefix_t
 
 
 # -- image -> tokens ----------------------------------------------------------------
+def check_image_dtype(images: Tensor, weight: Tensor) -> None:
+    """TypeError unless `images` have the stem's dtype (numpy's float64 against float32 weights, say);
+    under autocast the convolution casts float32 and half-precision images, never float64 ones."""
+    cast = torch.is_autocast_enabled(images.device.type) and images.dtype != torch.float64
+    if images.dtype != weight.dtype and not cast:
+        raise TypeError(f"images must have the model's dtype, {weight.dtype}; got {images.dtype} "
+                        f"(convert them: images.to({weight.dtype}))")
+
+
 def check_image_size(images: Tensor, patch_size: int) -> tuple[int, int]:
     """The patch grid (H/P, W/P) of `images` [batch, channels, H, W], or a ValueError."""
     if not isinstance(images, Tensor) or images.dim() != 4:
@@ -181,6 +190,7 @@ class PatchEmbed(nn.Module):
 
     def forward(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
         grid = check_image_size(images, self.patch_size)
+        check_image_dtype(images, self.proj.weight)
         return self.proj(images).flatten(2).transpose(1, 2), grid              # (B, h*w, D), (h, w)
 
 
@@ -202,6 +212,7 @@ class CNNStem(nn.Module):
 
     def forward(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
         grid = check_image_size(images, self.patch_size)
+        check_image_dtype(images, self.proj.weight)
         return self.proj(self.features(images)).flatten(2).transpose(1, 2), grid  # (B, h*w, D), (h, w)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from typing import Callable
+from ..store import PROFILES
 
 PLANS: dict[str, Callable] = {}
 
@@ -39,6 +40,8 @@ def plan(name: str, profile: str) -> list:
     _load()
     if name not in PLANS:
         raise ValueError(f"no plan named {name!r}; known: {', '.join(sorted(PLANS))}")
+    if profile not in PROFILES:                      # a misspelt profile is not "no runs at this profile"
+        raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}")
     labelled = list(PLANS[name](profile))
     if profile != "full":
         return labelled
