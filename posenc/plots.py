@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from .table import Table
+from .analysis import metric_values
 
 
 #: The book's figures: at most 7 inches wide (the page's column), drawn at 150 dpi, so that
@@ -136,7 +137,7 @@ def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_t
         rows = table.where(**{hue: group})
         xs = sorted(set(rows.column(x)))
         ticks.update(xs)
-        vals = [np.array(rows.where(**{x: v}).column(y), dtype=float) for v in xs]
+        vals = [np.array(metric_values(rows.where(**{x: v}), y)) for v in xs]   # a None or NaN: refused
         mean = [v.mean() for v in vals]
         line, = ax.plot(xs, mean, **{"marker": "o", **style(group), **styles.get(group, {})},
                         label=labels.get(group, str(group)))

@@ -150,3 +150,16 @@ def test_heatmaps_refuse_what_imshow_would_draw_as_a_colour_image():
     ax = plots.attention_map(torch.rand(4, 4))                        # one head: drawn
     assert ax.images[0].get_array().shape == (4, 4)
     plt.close("all")
+
+
+def test_a_curve_refuses_a_missing_value_instead_of_dropping_its_point():
+    """A None at 1x made that mean NaN, and matplotlib left the point out of the curve without a word."""
+    rows = Table([{"scheme": "rope", "seed": 0, "x_train": 1.0, "acc": None},
+                  {"scheme": "rope", "seed": 1, "x_train": 1.0, "acc": 0.4},
+                  {"scheme": "rope", "seed": 0, "x_train": 2.0, "acc": 0.45}])
+    with pytest.raises(ValueError, match="metric 'acc' must hold numbers"):
+        plots.metric_vs_length(rows, y="acc")
+    rows[0]["acc"] = 0.5
+    ax = plots.metric_vs_length(rows, y="acc")
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([0.45, 0.45])
+    plt.close("all")
