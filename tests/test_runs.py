@@ -822,3 +822,22 @@ def test_a_chapter_shows_its_full_tier_so_far_only_while_runs_of_it_are_missing(
                 "its prose to those numbers, and remove its 'On a GPU: ... so far' section and the references to its label "
                 "(`jupyter-book build . -W` names any left)")
     assert found, "no chapter reads posenc.runs.so_far: remove this test with the last such section"
+
+
+def test_an_eval_setting_the_task_does_not_take_fails_before_training(tmp_path, monkeypatch):
+    """`eval={"n_sampels": 3}` used to reach task.evaluate only after every training step: the compute spent,
+    no record stored. The sequence recipe now checks the settings against task.evaluate first."""
+    trained = []
+    monkeypatch.setattr("posenc.runs.train.train", lambda *a, **k: trained.append(1))
+    spec = tiny(steps=5).replace(eval={"n_sampels": 3})
+    with pytest.raises(ValueError, match=r"eval has unknown settings \['n_sampels'\] for task 'synthetic'"):
+        ensure([spec], store=Store("ci", tmp_path))
+    assert not trained and not Store("ci", tmp_path).keys()
+    every = [s for name in names() for profile in ("ci", "paper", "full") for _, s in plan(name, profile)]
+    from posenc.runs.recipes import check_eval_settings
+    tasks = {}
+    for s in every:                                  # every declared run passes the check it will meet
+        if s.recipe == "sequence":
+            if s.task not in tasks:
+                tasks[s.task] = posenc.tasks.make_task(s.task, **s.task_kwargs)
+            check_eval_settings(s, tasks[s.task])

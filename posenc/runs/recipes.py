@@ -77,6 +77,18 @@ def model_max_len(spec, task) -> int | None:
     return max(need) if need else None
 
 
+def check_eval_settings(spec, task) -> None:
+    """ValueError naming the settings of `spec.eval` that `task.evaluate` does not take (unless it takes any)."""
+    import inspect
+    params = inspect.signature(task.evaluate).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"model", "n", "device"}
+    unknown = sorted(set(spec.eval) - accepted)
+    if unknown:
+        raise ValueError(f"eval has unknown settings {unknown} for task {spec.task!r}; allowed: {', '.join(sorted(accepted))}")
+
+
 @split_recipe("sequence")
 def sequence(spec, device: str = "cpu") -> Training:
     """`posenc.build_model(spec.scheme, ...)` trained on the task, then `task.evaluate` at each length.
@@ -89,6 +101,7 @@ def sequence(spec, device: str = "cpu") -> Training:
     """
     from .evaluate import length_table, seeded_model
     task = make_task(spec.task, **spec.task_kwargs)
+    check_eval_settings(spec, task)                  # before training: a typo there wasted the whole run
     model_kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
     if spec.train.get("random_positions") and model_max_len(spec, task) is not None:
         model_kwargs["max_len"] = model_max_len(spec, task)
