@@ -89,6 +89,23 @@ def baseline_check(runs, against: str | None = None):
     return out
 
 
+def rates_report(runs, against: str) -> str:
+    """What chapters 08 and 09 print about BERT-A's learning rate: the profile's grid (`rate_grid`), or the one
+    rate every model trains at; then, where the profile has one, the check of every seed at a second rate
+    (`baseline_check`) with `against`'s mean lead over the better of the two and its 95% interval."""
+    from ...analysis import bootstrap_ci
+    grid = rate_grid(runs)
+    lines = [str(grid.round(3)) if grid is not None else f"no rate grid at {runs.profile}: every model trains at lr "
+             f"{runs.spec(model='BERT-A', seed=0, cls_task=None, lr=None).train['lr']}"]
+    check = baseline_check(runs, against=against)
+    if check is not None:
+        lead = check.column("lead")                                  # the better BERT-A minus `against`, per seed
+        lo, hi = bootstrap_ci(lead)
+        lines += [str(check.round(3)), f"{against} below the better of BERT-A's two rates, per seed:\n  "
+                  f"{sum(lead) / len(lead):.3f} nats (95% interval {lo:.3f} to {hi:.3f})"]
+    return "\n".join(lines)
+
+
 def _grid(profile: str) -> list:
     """BERT-A's seed 0 at each other rate of the profile's `lr_grid`, and its other seeds at `check_lr` (each
     labelled GRID_MODEL and lr)."""
