@@ -675,6 +675,11 @@ def test_the_pretraining_paper_tiers_rate_is_the_best_of_its_stored_grid():
     assert pre.baseline_check(chapter("08_tupe", "ci", load_only=True)) is None
     tupe = {r["seed"]: r["mlm"] for r in rows.where(model="TUPE-A")}
     assert [r["lead"] for r in pre.baseline_check(runs, against="TUPE-A")] == [r["better"] - tupe[r["seed"]] for r in check]
+    report = pre.rates_report(runs, against="TUPE-A")              # what chapters 08 and 09 print
+    leads = [r["better"] - tupe[r["seed"]] for r in check]
+    assert str(grid.round(3)) in report and f"{sum(leads) / len(leads):.3f} nats (95% interval" in report
+    ci = pre.rates_report(chapter("08_tupe", "ci", load_only=True), against="TUPE-A")
+    assert ci.startswith("no rate grid at ci: every model trains at lr") and "\n" not in ci
 
 
 def test_passkey_effects_are_the_share_won_back_and_the_randomized_lead_per_seed_over_depths():
