@@ -244,3 +244,18 @@ def test_synthetic_evaluate_refuses_no_samples():
     model = small_model(vocab=TASK.vocab_size)
     with pytest.raises(ValueError, match="n_samples"):
         TASK.evaluate(model, 6, n_samples=0)
+
+
+def test_flags_and_counts_refuse_look_alikes():
+    """A string flag is truthy whatever it says, and True passed as a count is 1: each is now refused by name."""
+    from posenc.absolute import sinusoidal_table
+    from posenc.alibi import alibi_slopes
+    from posenc.schemes.relative import clipped_relative_positions
+    with pytest.raises(TypeError, match="word_frequencies must be True or False"):
+        posenc.build_model("complex", 10, causal=True, d_model=16, n_heads=2, word_frequencies="no")
+    with pytest.raises(TypeError, match="adjoint must be True or False"):
+        posenc.build_model("floater", 10, causal=True, d_model=16, n_heads=2, adjoint="yes")
+    for call, name in ((lambda: alibi_slopes(True), "num_heads"), (lambda: sinusoidal_table(True, 8), "num_positions"),
+                       (lambda: clipped_relative_positions(True, 4, 2), "q_len")):
+        with pytest.raises(ValueError, match=name):
+            call()

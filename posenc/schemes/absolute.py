@@ -46,7 +46,7 @@ def sinusoidal_angles(positions: Tensor, dim: int, base: float = 10000.0) -> Ten
 
 def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
     """The [num_positions, dim] float32 table, column 2i = sin, column 2i+1 = cos (contract)."""
-    if not isinstance(num_positions, int) or num_positions < 0:
+    if isinstance(num_positions, bool) or not isinstance(num_positions, int) or num_positions < 0:
         raise ValueError(f"num_positions must be a non-negative int; got {num_positions!r}")
     return sinusoidal_at(torch.arange(num_positions), dim, base)
 

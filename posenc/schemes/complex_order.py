@@ -141,6 +141,8 @@ class ComplexOrder(Scheme):
                  base: float = 10000.0, word_frequencies: bool = True):
         if d_model % 2:
             raise ValueError(f"d_model must be even for the complex scheme (pairs are complex numbers); got {d_model}")
+        if not isinstance(word_frequencies, bool):       # "no" would be truthy
+            raise TypeError(f"word_frequencies must be True or False; got {word_frequencies!r}")
         super().__init__(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal)
         self.freq = nn.Parameter(shared_frequencies(d_model // 2, base))             # w_0: (D/2,)
         self.word_freq = nn.Linear(d_model, d_model // 2, bias=False) if word_frequencies else None

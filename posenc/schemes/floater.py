@@ -188,6 +188,8 @@ class Floater(Scheme):
         super().__init__(**kw)
         if solve_on not in ("device", "host"):
             raise ValueError(f"solve_on must be 'device' or 'host'; got {solve_on!r}")
+        if not isinstance(adjoint, bool):                 # "yes" would be truthy, and so would "no"
+            raise TypeError(f"adjoint must be True or False; got {adjoint!r}")
         if solve_on == "host" and adjoint:
             raise ValueError("solve_on='host' needs adjoint=False (the adjoint solver integrates the module itself)")
         self.solve_on = solve_on

@@ -54,7 +54,7 @@ def relative_ids(q_pos: Tensor, k_pos: Tensor, max_distance: int) -> Tensor:
 def clipped_relative_positions(q_len: int, k_len: int, max_distance: int) -> Tensor:
     """Shaw et al.'s ids clip(j - i, -k, k) + k, long [q_len, k_len] (contract), i, j from 0."""
     for arg, value in (("q_len", q_len), ("k_len", k_len)):
-        if not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{arg} must be a non-negative int; got {value!r}")
     return relative_ids(torch.arange(q_len), torch.arange(k_len), max_distance)
 
