@@ -301,3 +301,13 @@ def test_an_infinite_or_trivial_base_is_refused_not_served_as_no_position(base):
         sinusoidal_table(10, 8, base=base)
     with pytest.raises(ValueError, match="base must be a finite number > 1"):
         posenc.build_model("rope", 16, causal=True, d_model=16, n_heads=2, base=base)
+
+
+def test_rotate_refuses_one_row_of_the_tables_where_it_wants_one_row_per_position():
+    """cos[3], sin[3] ([dim/2]) passed the shape check when seq == dim/2 and rotated every position by
+    position 3's angles."""
+    x = torch.randn(1, 4, 8)
+    cos, sin = rope_table(torch.arange(4), 8)
+    with pytest.raises(ValueError, match=r"cos/sin must be \[seq=4, dim/2=4\]; got \(4,\)"):
+        rotate(x, cos[3], sin[3])
+    torch.testing.assert_close(rotate(x, cos, sin), apply_rope(x, torch.arange(4)))

@@ -176,7 +176,8 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved", *, 
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}")
     _check_dim(x.shape[-1], "x.shape[-1] (dim)")
-    if cos.shape != sin.shape or cos.shape[-1] * 2 != x.shape[-1] or cos.shape[0] != x.shape[-2]:
+    if (cos.shape != sin.shape or cos.dim() != 2 or cos.shape[-1] * 2 != x.shape[-1]
+            or cos.shape[0] != x.shape[-2]):                 # a 1-D row would rotate every position alike
         raise ValueError(f"cos/sin must be [seq={x.shape[-2]}, dim/2={x.shape[-1] // 2}]; "
                          f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
     if not x.is_floating_point():
