@@ -91,6 +91,7 @@ class PositionContext:
     block_mask: object = None  # FlexAttention's causal block mask on that path (None: bidirectional)
     extent: tuple | None = None  # (min, max) of positions as Python numbers, read on the host by the model
     host_positions: Tensor | None = None  # the same positions on the CPU, when the model received them there
+    _read: tuple | None = field(default=None, repr=False, compare=False)  # (start, minmax): one read of the tensor
 
     @property
     def seq_len(self) -> int:
@@ -101,12 +102,19 @@ class PositionContext:
 
         `extent` when the model set it (it reads positions where they are free to read: known for
         its default 0..n-1, on the host for positions passed from the CPU), else read from the
-        tensor, which on a GPU waits for it. Schemes check positions through this, so a training
+        tensor, which on a GPU waits for it, once per context however many ask (xPos checks its span,
+        then RoPE's tables read the start and the largest: `_summary`). Schemes check positions through this, so a training
         step never waits.
         """
         if self.extent is not None or not self.positions.numel():
             return self.extent
-        return summarise_positions(self.positions)[1]
+        return self._summary()[1]
+
+    def _summary(self) -> tuple:
+        """`summarise_positions(positions)`, read from the tensor at most once for this context."""
+        if self._read is None:
+            self._read = summarise_positions(self.positions)
+        return self._read
 
     def positions_on_host(self) -> Tensor | None:
         """`positions` as a CPU tensor if known without reading the device (on the CPU already, a copy
@@ -124,7 +132,7 @@ class PositionContext:
         `start` when the model set it (with `extent`), else read from the tensor (a wait on a GPU)."""
         if self.start is not None or self.extent is not None:
             return self.start
-        return summarise_positions(self.positions)[0]
+        return self._summary()[0]
 
 
 class Scheme(nn.Module):

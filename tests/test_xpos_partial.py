@@ -439,3 +439,16 @@ def test_xpos_refuses_a_span_its_scale_would_overflow_and_serves_one_just_inside
     check_xpos_span(0, 72000, 512.0)                                          # the limit the message gives
     with pytest.raises(ValueError, match="about 72519"):
         check_xpos_span(0, 73500, 512.0)
+
+
+def test_a_context_reads_its_positions_once_however_many_checks_ask(monkeypatch):
+    """xPos checks its span through ctx.minmax(), then RoPE's tables ask for the start and the largest. On a GPU
+    each read of the tensor is a wait, so the context reads it once and answers every question from that."""
+    import posenc.scheme as scheme_module
+    reads = []
+    real = scheme_module.summarise_positions
+    monkeypatch.setattr(scheme_module, "summarise_positions", lambda p: reads.append(1) or real(p))
+    model = small_model("xpos")
+    ctx = posenc.PositionContext(torch.arange(8) * 3 + 5, causal=True)  # no extent: as for positions on a GPU
+    ctx.tables = model.scheme.prepare(ctx)                              # the span check, then the tables
+    assert ctx.minmax() == (5, 26) and len(reads) == 1
