@@ -1,8 +1,9 @@
 """posenc: Transformer positional encodings, derived, implemented and trained.
 
-    >>> import posenc
+    >>> import torch, posenc
     >>> model = posenc.build_model("nope", vocab_size=32, causal=True)
-    >>> logits = model(tokens)          # tokens [batch, seq] -> [batch, seq, vocab]
+    >>> model(torch.randint(0, 32, (8, 64))).shape       # tokens [batch, seq] -> logits [batch, seq, vocab]
+    torch.Size([8, 64, 32])
 
 Layers, imported one way, down: `compiled` (torch.compile with an eager fallback) and `scheme`
 (the hooks and the registry) <- `schemes/` (one module per family, registered on import) <-

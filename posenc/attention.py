@@ -57,7 +57,14 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, scheme: Scheme, ctx: PositionContext, need_weights: bool = False,
                 memory: Tensor | None = None, kv: Tensor | None = None):
         """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D] adds M earlier keys/values (XL);
-        `kv` [B, T, D] gives the keys and values while x gives only the queries (a decoder pass)."""
+        `kv` [B, T, D] gives the keys and values while x gives only the queries (a decoder pass).
+
+        `ctx` as `Transformer.context` builds it; a context built by hand (`PositionContext(positions, causal)`)
+        gets the scheme's tables and its shared bias merged with the causal mask on first use (`merge_mask`)."""
+        if not ctx.ready:                                          # a context built by hand: fill it once
+            if not ctx.tables:
+                ctx.tables = scheme.prepare(ctx)
+            merge_mask(scheme, ctx)
         B, T, D = x.shape
         if scheme.n_heads != self.n_heads or scheme.d_model != D:    # a RoPE for other heads rotates part of each
             scheme.check_fits("Attention", n_heads=self.n_heads, d_model=D)
@@ -99,6 +106,25 @@ class Attention(nn.Module):
                                                       is_causal=causal_only, scale=scale), None
         y = y.transpose(1, 2).reshape(B, T, D)                     # (B, T, D)
         return self.out(y), probs
+
+
+def merge_mask(scheme: Scheme, ctx: PositionContext) -> PositionContext:
+    """Set ctx.attn_mask = b + M once for all layers, mark ctx ready and return it.
+
+    b is the scheme's shared bias (hook 3, `Scheme.logit_bias`), or the mask a caller set in ctx.attn_mask;
+    M is the causal mask (`causal_mask`: 0 where key j <= query i, right-aligned to the keys; -inf after),
+    added when the model is causal and the mask must be explicit: there is a bias, per-layer terms (hooks 3b
+    and 4: `Scheme.custom_attention`) will be added to it, or the keys outnumber the queries (a memory).
+    Otherwise ctx.attn_mask stays None, and a causal model takes SDPA's `is_causal`.
+    """
+    bias = scheme.logit_bias(ctx) if ctx.attn_mask is None else ctx.attn_mask
+    keys = getattr(ctx, "key_positions", None)
+    k_len = ctx.seq_len if keys is None else keys.shape[0]
+    if ctx.causal and (bias is not None or scheme.custom_attention or k_len != ctx.seq_len):
+        mask = causal_mask(ctx.seq_len, k_len, ctx.positions.device)
+        bias = mask if bias is None else bias + mask
+    ctx.attn_mask, ctx.ready = bias, True
+    return ctx
 
 
 #: The smallest head dimension for which the CPU runs FlexAttention's compiled kernel. Below it, PyTorch's

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Attention, causal_block_mask, causal_mask, check_dropout, check_sizes
+from .attention import Attention, causal_block_mask, check_dropout, check_sizes, merge_mask
 from .host import to_device, values_checked_on_host
 from .scheme import PositionContext, Scheme, get_scheme, summarise_positions
 
@@ -215,13 +215,9 @@ class Transformer(nn.Module):
             ctx.score_mod = self.scheme.score_mod(ctx)               # hook 3 as a function of (h, i, j)
             if ctx.score_mod is not None:
                 ctx.block_mask = causal_block_mask(ctx.seq_len, ctx.seq_len, device) if self.causal else None
+                ctx.ready = True
                 return ctx
-        bias = self.scheme.logit_bias(ctx)                           # hook 3, once for all layers
-        if self.causal and (bias is not None or self.scheme.custom_attention or mem_len):
-            mask = causal_mask(ctx.seq_len, ctx.seq_len + mem_len, device)  # explicit: extra logits or memory
-            bias = mask if bias is None else bias + mask
-        ctx.attn_mask = bias                                         # None: plain (causal) SDPA
-        return ctx
+        return merge_mask(self.scheme, ctx)                          # hook 3 + causal mask, once for all layers
 
     def _flex(self, device, seq_len: int, mem_len: int, need_weights: bool) -> bool:
         """Whether this forward may compute the bias inside FlexAttention (see `attention_backend`)."""

@@ -91,6 +91,7 @@ class PositionContext:
     block_mask: object = None  # FlexAttention's causal block mask on that path (None: bidirectional)
     extent: tuple | None = None  # (min, max) of positions as Python numbers, read on the host by the model
     host_positions: Tensor | None = None  # the same positions on the CPU, when the model received them there
+    ready: bool = False  # tables and attn_mask filled (`Transformer.context`, `posenc.attention.merge_mask`)
     _read: tuple | None = field(default=None, repr=False, compare=False)  # (start, minmax): one read of the tensor
 
     @property

@@ -82,6 +82,17 @@ def test_bad_head_count(bad):
         alibi_slopes(bad)
 
 
+@pytest.mark.parametrize("positions, slopes, match", [
+    (torch.arange(4), [0.5], "slopes must be a 1-D float tensor"),
+    (torch.arange(4), torch.tensor([1, 2]), "slopes must be a 1-D float tensor"),
+    (torch.arange(8).view(2, 4), torch.tensor([0.5]), "positions must be a 1-D tensor"),
+    ([0, 1, 2], torch.tensor([0.5]), "positions must be a 1-D tensor"),
+])
+def test_alibi_bias_names_its_bad_argument(positions, slopes, match):
+    with pytest.raises(ValueError, match=match):
+        alibi_bias(positions, slopes)
+
+
 def test_registered_and_exported_where_the_contract_says():
     import posenc.bias
     assert posenc.SCHEMES["alibi"].__name__ == "ALiBi"

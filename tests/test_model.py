@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 
 import posenc
-from posenc.attention import causal_mask, explicit_attention
-from posenc.scheme import Scheme
+from posenc.attention import causal_mask, explicit_attention, merge_mask
+from posenc.scheme import PositionContext, Scheme
 from conftest import assert_no_causal_leak, skip_bidirectional_if_causal_only, small_model
 
 ALL = sorted(posenc.SCHEMES)
@@ -25,8 +25,56 @@ def test_every_scheme_runs_forward_and_backward(scheme, causal):
 
 
 @pytest.mark.parametrize("scheme", ALL)
+def test_every_scheme_runs_with_its_weights_cast_to_bf16(scheme):
+    """model.to(torch.bfloat16) runs forward and backward and stays close to the float32 model (FIRE's MLP
+    once received a float32 input here and failed)."""
+    torch.manual_seed(0)
+    model = small_model(scheme, causal=True)
+    tokens = torch.randint(0, 23, (2, 17))
+    expected = model(tokens)
+    low = small_model(scheme, causal=True)
+    low.load_state_dict(model.state_dict())
+    logits = low.to(torch.bfloat16)(tokens)
+    assert logits.dtype == torch.bfloat16
+    logits.float().logsumexp(-1).mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in low.parameters() if p.requires_grad)
+    torch.testing.assert_close(logits.float(), expected, atol=0.15, rtol=0.05)
+
+
+@pytest.mark.parametrize("scheme", ALL)
 def test_causal_models_never_look_ahead(scheme):
     assert_no_causal_leak(small_model(scheme, causal=True))
+
+
+@pytest.mark.parametrize("scheme", ALL)
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_on_a_context_built_by_hand_equals_the_models(scheme, causal):
+    """`Attention` used on its own, with `PositionContext(positions, causal)` and nothing else filled, computes
+    what it computes inside the model: the scheme's shared bias is not dropped and the causal mask is not
+    lost when per-layer terms (KERPLE, FIRE, CoPE) or a bias (ALiBi, T5) make the mask explicit."""
+    skip_bidirectional_if_causal_only(scheme, causal)
+    torch.manual_seed(0)
+    model = small_model(scheme, causal)
+    attn, x = model.blocks[0].attn, torch.randn(2, 12, 32)
+    expected = attn(x, model.scheme, model.context(12, None, "cpu"))[0]
+    by_hand = attn(x, model.scheme, PositionContext(torch.arange(12), causal))[0]
+    torch.testing.assert_close(by_hand, expected)
+    if causal:                                           # and the last token reaches no earlier output
+        later = x.clone()
+        later[:, -1] += 1.0
+        changed = attn(later, model.scheme, PositionContext(torch.arange(12), causal))[0]
+        torch.testing.assert_close(changed[:, :-1], by_hand[:, :-1])
+
+
+def test_merge_mask_adds_the_causal_mask_to_a_bias_set_by_the_caller():
+    scheme = posenc.SCHEMES["alibi"](d_model=32, n_heads=4, n_layers=1, max_len=64, causal=True)
+    ctx = PositionContext(torch.arange(6), causal=True)
+    ctx.tables = scheme.prepare(ctx)
+    bias = scheme.logit_bias(ctx)
+    ctx.attn_mask = bias
+    merge_mask(scheme, ctx)
+    assert ctx.ready
+    torch.testing.assert_close(ctx.attn_mask, bias + causal_mask(6, 6))
 
 
 def test_bidirectional_nope_is_permutation_equivariant():

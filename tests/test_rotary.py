@@ -146,6 +146,34 @@ def test_custom_backward_equals_autograd_of_the_equation(layout):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_positions_and_frequencies_get_their_gradients(layout):
+    """Learned or interpolated positions, and learned frequencies, train: d(R_m x)/dm and d/dtheta_i reach
+    them (float64 gradcheck against finite differences), and equal autograd of the written-out equation."""
+    from posenc.rotary import frequency_table
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    pos = torch.tensor([0.0, 1.5, 2.0, 7.25, 30.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p: apply_rope(x, p, layout=layout), (pos,))
+    theta = rope_frequencies(8).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda t: rotate(x, *frequency_table(pos.detach(), t, torch.float64), layout), (theta,))
+    perm = half_to_interleaved(8) if layout == "half" else torch.arange(8)
+    g = torch.randn(2, 5, 8, dtype=torch.float64)
+    (apply_rope(x, pos, layout=layout) * g).sum().backward()
+    ref = pos.detach().clone().requires_grad_()
+    angles = ref[:, None] * rope_frequencies(8)                       # m theta_i, differentiable in m
+    pairs = x[..., torch.argsort(perm)].unflatten(-1, (4, 2))          # (x_2i, x_2i+1)
+    y = torch.stack([pairs[..., 0] * angles.cos() - pairs[..., 1] * angles.sin(),
+                     pairs[..., 0] * angles.sin() + pairs[..., 1] * angles.cos()], -1).flatten(-2)
+    (y[..., perm] * g).sum().backward()
+    torch.testing.assert_close(pos.grad, ref.grad)
+
+
+def test_half_precision_positions_are_refused_by_name():
+    with pytest.raises(TypeError, match="positions must be an integer, float32 or float64.*bfloat16"):
+        apply_rope(torch.randn(300, 8), torch.arange(300, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_backward_saves_tables_not_activations(layout):
     saved = []
     x = torch.randn(4, 8, 64, 32, requires_grad=True)

@@ -133,6 +133,34 @@ def test_xpos_centre_keeps_long_and_offset_sequences_finite():
     assert torch.isinf(xpos_zeta(16, dtype=torch.float32)[0] ** torch.tensor(-60000 / 512))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_xpos_with_one_centre_decodes_with_cached_keys(layout):
+    """Keys made by one call and a query made by a later one score as in one call over the whole sequence
+    when both calls take the same centre; each call's own middle (the default) does not cancel across calls."""
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 1, 2, 300, 16, dtype=torch.float64)
+    pos = torch.arange(300)
+    def last_row(centre):
+        _, k_cached = apply_xpos(q[..., :-1, :], k[..., :-1, :], pos[:-1], layout=layout, centre=centre)
+        q_new, k_new = apply_xpos(q[..., -1:, :], k[..., -1:, :], pos[-1:], layout=layout, centre=centre)
+        return q_new @ torch.cat([k_cached, k_new], -2).transpose(-1, -2)          # (1, 2, 1, 300)
+    for centre in (0, 150, 1000.5):
+        qf, kf = apply_xpos(q, k, pos, layout=layout, centre=centre)
+        full = qf @ kf.transpose(-1, -2)
+        torch.testing.assert_close(last_row(centre), full[..., -1:, :])
+        default_q, default_k = apply_xpos(q, k, pos, layout=layout)
+        torch.testing.assert_close(full, default_q @ default_k.transpose(-1, -2))   # within a call c cancels
+    assert (last_row(None) - full[..., -1:, :]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("centre, match", [(float("nan"), "centre must be a finite number"),
+                                           (True, "centre must be a finite number"),
+                                           (0, "lie up to 70000 from centre=0")])
+def test_xpos_centre_is_checked_by_name(centre, match):
+    with pytest.raises(ValueError, match=match):
+        apply_xpos(torch.randn(70001, 8), torch.randn(70001, 8), torch.arange(70001), centre=centre)
+
+
 def test_xpos_gradients_are_the_transpose_of_the_scaled_rotation():
     q, k = torch.randn(2, 2, 9, 12, dtype=torch.float64, requires_grad=True)
     pos = torch.arange(9) + 300

@@ -6,11 +6,14 @@ T5 (Raffel et al. 2020, section 2.1) adds one learned scalar per head and bucket
 
 the same table for every layer, computed once per forward. The bucket map (Mesh
 TensorFlow's `_relative_position_bucket`) for n = |j - i| (bidirectional, with the sign
-in a separate half of the buckets) or n = max(i - j, 0) (causal), with N buckets
-(N/2 per sign when bidirectional), m = N/2 exact buckets and D = max_distance:
+in a separate half of the buckets) or n = max(i - j, 0) (causal), with D = max_distance and
+B buckets for each sign (B = num_buckets when causal, num_buckets/2 when bidirectional, the
+keys after the query taking ids B .. 2B - 1), of which m = B/2 are exact:
 
     bucket(n) = n                                                    if n < m
-              = min(N - 1, m + floor(log(n / m) / log(D / m) * (N - m)))  otherwise.
+              = min(B - 1, m + floor(log(n / m) / log(D / m) * (B - m)))  otherwise.
+
+So 32 bidirectional buckets give each side 8 exact distances (0..7) and 8 logarithmic ones.
 
 Convention: relative_position = key_pos - query_pos (T5's memory_position -
 query_position). T5 itself never divides by sqrt(d_h) (it folds the factor into the

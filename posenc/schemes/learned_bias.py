@@ -99,6 +99,8 @@ def kerple_bias(positions: Tensor, r1: Tensor, r2: Tensor, kernel: str = "log") 
     """KERPLE's bias [heads, seq, seq] for 1-D `positions`, with r1, r2 [heads] (section 4):
 
         log:    -r1 log(1 + r2 |i - j|),    power:  -r1 |i - j|^r2   (r1, r2 > 0; r2 <= 2 for power).
+
+    Returns float32 whatever r1's dtype: attention adds it to q k^T in q's dtype (`posenc.attention`).
     """
     _check_kernel(kernel)
     _check_positions(positions)
@@ -119,8 +121,11 @@ def _fire_input(distance: Tensor, span: Tensor, c: Tensor, threshold: Tensor) ->
 
 
 def _fire(distance: Tensor, span: Tensor, mlp, c: Tensor, threshold: Tensor) -> Tensor:
-    """f(psi(d) / psi(max(tau, span))) as [H, T, T]: `mlp` maps [..., 1] -> [..., H]."""
-    return mlp(_fire_input(distance, span, c, threshold)[..., None]).permute(2, 0, 1)
+    """f(psi(d) / psi(max(tau, span))) as [H, T, T]: `mlp` maps [..., 1] -> [..., H]. The input is formed in
+    float32 at least and given to the MLP in its parameters' dtype (a model cast to bf16 has a bf16 MLP)."""
+    x = _fire_input(distance, span, c.float(), threshold.float())[..., None]          # (T, T, 1)
+    weight = next(mlp.parameters(), None) if isinstance(mlp, nn.Module) else None
+    return mlp(x if weight is None else x.to(weight.dtype)).permute(2, 0, 1)
 
 
 def fire_bias(positions: Tensor, mlp, c, threshold) -> Tensor:
@@ -128,7 +133,8 @@ def fire_bias(positions: Tensor, mlp, c, threshold) -> Tensor:
 
     `mlp` maps [..., 1] -> [..., heads] (e.g. `nn.Sequential(nn.Linear(1, 32), nn.ReLU(),
     nn.Linear(32, heads))`, or a `FireMLP`); c > 0 and threshold tau > 0 are floats or 0-d tensors.
-    For j <= i this is the paper's f(psi(i - j) / psi(max(tau, i))).
+    For j <= i this is the paper's f(psi(i - j) / psi(max(tau, i))). Returns the MLP's output dtype (float32
+    for a float32 MLP, bf16 for one cast to bf16).
     """
     _check_positions(positions)
     if not callable(mlp):

@@ -107,7 +107,11 @@ def _check_factor(factor) -> None:
 
 
 def rotated_dims(head_dim: int, rotary_fraction: float = 1.0) -> int:
-    """Partial rotation: the r = round(rotary_fraction * head_dim) leading dims that rotate (even, >= 2)."""
+    """Partial rotation: the r = round(rotary_fraction * head_dim) leading dims that rotate (even, >= 2).
+
+    Rounded, not floored: transformers (GPT-NeoX's rotary_pct, `rope_inv_freq`'s partial_rotary_factor)
+    takes int(), which differs where the float product falls just below an integer (0.29 * 100 gives 28
+    dims there, 29 here; 29 is odd and refused). Give a fraction whose product is exact to match it."""
     f = rotary_fraction
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1:
         raise ValueError(f"rotary_fraction must be a number in (0, 1]; got {rotary_fraction!r}")
@@ -122,7 +126,9 @@ def rotated_pairs(pairs: int, p: float = 1.0) -> int:
     """p-RoPE: how many of `pairs` frequency pairs, highest first, keep rotating: floor(p * pairs).
 
     The 1e-9 keeps a product that is an integer in exact arithmetic (0.58 * 50 = 28.999...)
-    from being floored below it.
+    from being floored below it. transformers' "proportional" rope_type (Gemma) floors the float
+    product itself, so at such a product it rotates one pair fewer (head_dim 100, p = 0.58: 28 pairs
+    there, 29 here); where p * pairs is not within 1e-9 below an integer the two agree.
     """
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
         raise ValueError(f"p must be a number in [0, 1] (the fraction of rotating frequency pairs); got {p!r}")
@@ -164,7 +170,11 @@ def frequency_table(positions: Tensor, theta: Tensor, dtype=torch.float32,
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved", *, kernel: str = "eager") -> Tensor:
-    """R_m x for x [..., seq, dim] with tables cos, sin [seq, dim/2]; autograd via the inverse rotation.
+    """R_m x for x [..., seq, dim] with tables cos, sin [seq, dim/2].
+
+    Autograd: dL/dx = R_m^T g by the inverse rotation, with no activation saved, when only x needs a
+    gradient; when cos or sin need one too (learned frequencies, learned or interpolated positions),
+    the rotation is written in plain PyTorch ops and autograd also gives dL/dcos and dL/dsin.
 
     kernel: "eager" (PyTorch ops; the half layout costs about three passes over x) or
     "compiled" (the half layout's rotation fused by `torch.compile` into one pass that reads
@@ -182,6 +192,8 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved", *, 
                          f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor; got {x.dtype}")
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):   # the angles learn too
+        return _half_rotation(x, cos, sin) if layout == "half" else _rotate(x, cos, sin, layout, inverse=False)
     return _Rotate.apply(x, cos, sin, layout, kernel == "compiled" and layout == "half")
 
 
@@ -336,6 +348,9 @@ def _check_positions(positions) -> Tensor:
         raise ValueError(f"positions must be a 1-D tensor [seq]; got {got}")
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must be long or float; got {positions.dtype}")
+    if positions.dtype in (torch.float16, torch.bfloat16):          # bf16 holds the integers only up to 256
+        raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}, which "
+                        f"rounds positions (bfloat16 above 256, float16 above 2048): pass them before the cast")
     return positions
 
 

@@ -30,13 +30,19 @@ with c = seq_len // 2):
     c = min(m) + floor((max(m) - min(m) + 1) / 2)     (= n // 2 for positions 0 .. n-1),
 
 which leaves every score unchanged (the zeta^(c/gamma) cancel) and shifts with the
-positions, so |m - c| <= (max - min)/2 + 1 whatever the offset. With gamma = 512 the
+positions, so |m - c| <= (max - min)/2 + 1 whatever the offset. The cancellation needs one c
+for the queries and the keys of a score: `apply_xpos` called again on new tokens (decoding
+with a cache of keys) must be given the same `centre` as the call that made the cached keys. With gamma = 512 the
 factors then stay within float32 (and bf16) up to ~70,000 tokens, within float16 (whose q,
 k the rotation returns) up to ~9,000; past that `check_xpos_span` refuses the positions (the
 scheme checks them once per forward, `apply_xpos` whenever its positions are on the CPU), where the tables
 would hold inf. The scale is formed in float64 and folded into the
 cos/sin tables (q: zeta^a cos, zeta^a sin; k: the same divided), so the rotation kernel of
 `posenc.rotary` does the whole transform and its backward, the transpose, stays exact.
+
+With scaling="pi" the scale is taken at the interpolated positions m/s too, so the decay per
+token is zeta^(1/(s gamma)), as in rotary-embedding-torch (x-transformers scales only the
+rotation's positions; with its scale_base set to s gamma the two agree).
 
 The scheme takes every RoPE option (layout, scaling, rotary_fraction, p, nope_layers):
 with partial rotation only the r rotated dims are scaled, with zeta over their r/2 pairs
@@ -75,49 +81,61 @@ def xpos_centre(positions: Tensor) -> Tensor:
 
 
 def xpos_scale(positions: Tensor, dim: int, scale_base: float = 512.0, gamma_hat: float = 0.4,
-               dtype=torch.float32) -> Tensor:
-    """zeta_i^((m - c) / scale_base) for every position m: [seq, dim/2] (the query's; the key's is 1 / it)."""
+               dtype=torch.float32, centre: float | None = None) -> Tensor:
+    """zeta_i^((m - c) / scale_base) for every position m: [seq, dim/2] (the query's; the key's is 1 / it);
+    c = `centre`, or `xpos_centre(positions)` when None."""
     positions = _check_positions(positions)
     _check_scale_base(scale_base)
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
-    power = (positions - xpos_centre(positions)).to(wide) / scale_base                   # (T,)
+    c = xpos_centre(positions) if centre is None else _checked_centre(centre)
+    power = (positions - c).to(wide) / scale_base                                         # (T,)
     return (xpos_zeta(dim, gamma_hat, wide, positions.device) ** power[:, None]).to(dtype)  # (T, dim/2)
 
 
 def check_xpos_span(low: float, high: float, scale_base: float = 512.0, gamma_hat: float = 0.4,
-                    dtype=torch.float32) -> None:
+                    dtype=torch.float32, centre: float | None = None) -> None:
     """ValueError unless the factors zeta^(+-(m - c)/gamma) of positions low..high fit in `dtype`.
 
-    The largest is zeta_0^(-a) with a = (|m - c|)_max / gamma <= ((high - low) // 2 + 1) / gamma, so
-    it fits when a ln(1/zeta_0) <= ln(finfo(dtype).max): a span of about 70,000 in float32 and
-    bf16, 9,000 in float16, at gamma = 512. Past it the tables hold inf and the scores NaN."""
+    The largest is zeta_0^(-a) with a = (|m - c|)_max / gamma, which is at most ((high - low) // 2 + 1) / gamma
+    for the middle c (`xpos_centre`) and max(high - c, c - low) / gamma for a given `centre`; it fits
+    when a ln(1/zeta_0) <= ln(finfo(dtype).max): a span of about 70,000 in float32 and bf16, 9,000
+    in float16, at gamma = 512 and the middle c. Past it the tables hold inf and the scores NaN."""
     zeta_0 = gamma_hat / (1 + gamma_hat)
-    exponent = ((high - low) // 2 + 1) / scale_base * math.log(1 / zeta_0)
+    reach = (high - low) // 2 + 1 if centre is None else max(high - centre, centre - low)
+    exponent = reach / scale_base * math.log(1 / zeta_0)
     limit = math.log(torch.finfo(dtype).max)
     if exponent > limit:
         longest = int(2 * (limit / math.log(1 / zeta_0) * scale_base - 1))
+        if centre is not None:
+            raise ValueError(f"positions {low:g} to {high:g} lie up to {reach:g} from centre={centre:g}, but xPos's "
+                             f"scale zeta^((m - c)/scale_base) overflows {dtype} past about {longest // 2} from it at "
+                             f"scale_base={scale_base:g}: choose a centre nearer the positions or raise scale_base")
         raise ValueError(f"positions span {high - low + 1:g} (from {low:g} to {high:g}), but xPos's scale "
                          f"zeta^((m - c)/scale_base) overflows {dtype} past a span of about {longest} at "
                          f"scale_base={scale_base:g}: raise scale_base or shorten the span")
 
 
 def xpos_table(positions: Tensor, dim: int, base: float = 10000.0, scale_base: float = 512.0,
-               gamma_hat: float = 0.4, dtype=torch.float32, p: float = 1.0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+               gamma_hat: float = 0.4, dtype=torch.float32, p: float = 1.0,
+               centre: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(cos, sin) scaled for queries and for keys: zeta^a cos(m theta), zeta^a sin(m theta), and the same
-    divided by zeta^a, a = (m - c)/scale_base; four [seq, dim/2] tensors of `dtype`."""
+    divided by zeta^a, a = (m - c)/scale_base (c: `xpos_scale`'s); four [seq, dim/2] tensors of `dtype`."""
     positions = _check_positions(positions)
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
     cos, sin = rope_table(positions, dim, base, wide, p)
-    s = xpos_scale(positions, dim, scale_base, gamma_hat, wide)
+    s = xpos_scale(positions, dim, scale_base, gamma_hat, wide, centre)
     return tuple(t.to(dtype) for t in (cos * s, sin * s, cos / s, sin / s))
 
 
 def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved", *,
                scale_base: float = 512.0, gamma_hat: float = 0.4, rotary_fraction: float = 1.0,
-               p: float = 1.0) -> tuple[Tensor, Tensor]:
+               p: float = 1.0, centre: float | None = None) -> tuple[Tensor, Tensor]:
     """(zeta^((m-c)/gamma) R_m q_m, zeta^(-(n-c)/gamma) R_n k_n) for q, k [..., seq, dim] (contract).
 
     positions [seq] are both the queries' and the keys'; the other arguments as in `apply_rope`.
+    centre: c; None takes the middle of `positions` (`xpos_centre`), which cancels only within this
+    call. Decoding with cached keys needs one c for every call, e.g. centre=0 (fine up to about
+    35,000 positions at scale_base 512 in float32) or the middle of the longest context.
     Returns q's and k's dtypes and shapes.
     """
     _check_layout(layout)
@@ -131,14 +149,24 @@ def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, l
     if positions.shape[0] != q.shape[-2]:
         raise ValueError(f"positions must have length seq={q.shape[-2]} (q.shape[-2]); got {positions.shape[0]}")
     r = rotated_dims(q.shape[-1], rotary_fraction)
+    if centre is not None:
+        _checked_centre(centre)
     if positions.numel() and positions.device.type == "cpu":       # read where reading is free (no device wait)
         check_xpos_span(float(positions.min()), float(positions.max()), scale_base, gamma_hat,
-                        q.dtype if q.is_floating_point() else torch.float32)
-    qc, qs, kc, ks = xpos_table(positions.to(q.device), r, base, scale_base, gamma_hat, _compute_dtype(q.dtype), p)
+                        q.dtype if q.is_floating_point() else torch.float32, centre)
+    qc, qs, kc, ks = xpos_table(positions.to(q.device), r, base, scale_base, gamma_hat, _compute_dtype(q.dtype), p,
+                                centre)
     return rotate_leading(q, qc, qs, layout), rotate_leading(k, kc, ks, layout)
 
 
 # -- validation -----------------------------------------------------------------------
+def _checked_centre(centre) -> float:
+    if isinstance(centre, bool) or not isinstance(centre, (int, float)) or not math.isfinite(centre):
+        raise ValueError(f"centre must be a finite number (the c of zeta^((m - c)/scale_base)) or None; "
+                         f"got {centre!r}")
+    return centre
+
+
 def _check_gamma_hat(gamma_hat) -> None:
     if isinstance(gamma_hat, bool) or not isinstance(gamma_hat, (int, float)) or not 0 < gamma_hat < float("inf"):
         raise ValueError(f"gamma_hat must be a finite number > 0 (zeta_0 = gamma_hat / (1 + gamma_hat)); "

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..attention import merge_mask
 from ..host import to_device, values_checked_on_host
 from ..schemes.absolute import sinusoidal_at
 from ..model import Block, _init_weights, run_blocks
@@ -386,7 +387,7 @@ class ViT(nn.Module):
                           ref_grid=None if ref_grid is None else check_grid("ref_grid", ref_grid),
                           start=0, extent=(0, x.shape[1] - 1))
         ctx.tables = self.scheme.prepare(ctx)
-        ctx.attn_mask = self.scheme.logit_bias(ctx)                            # hook 3, shared by layers
+        merge_mask(self.scheme, ctx)                                           # hook 3, shared by layers
         x = self.scheme.embed(x, ctx)                                          # hook 1
         x, maps, _ = run_blocks(self.blocks, self.scheme, x, ctx, need_weights)
         return self.ln_f(x), maps
