@@ -244,6 +244,10 @@ class Scheme(nn.Module):
         """Per-layer term added to the output `probs @ v`: [batch, heads, seq, head_dim]."""
         return None
 
+    def clear_cache(self) -> None:
+        """Drop what the scheme keeps between forwards (none by default; ALiBi its last bias): a benchmark
+        measuring one step's peak memory calls it first, so that the step builds its tables as it would anew."""
+
     def logit_scale(self) -> float:
         """The factor on q k^T; 1/sqrt(d_h) unless the scheme changes it (TUPE, DeBERTa)."""
         return 1.0 / math.sqrt(self.head_dim)

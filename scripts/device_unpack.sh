@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:?usage: bash scripts/device_unpack.sh FILES_AT}
-mapfile -t PARTS < <(find "$DIR" -maxdepth 1 -name 'store.tgz.*' | sort -t. -k3 -n)
+mapfile -t PARTS < <(find "$DIR" -maxdepth 1 -name 'store.tgz.*' | awk -F. '{ print $NF "\t" $0 }' | sort -n | cut -f2-)
 if [ "${#PARTS[@]}" -gt 0 ]; then
     cat "${PARTS[@]}" | tar xzf - --no-same-owner --wildcards 'results/full/runs/*'
     echo "unpacked ${#PARTS[@]} part(s) from $DIR"

@@ -4,9 +4,11 @@
 #   device run:  bash scripts/gpu_costs.sh              (a few minutes on an H200)
 #   back here:   cp <files_at>/cuda.json results/bench/cuda.json && git add results/bench && git commit
 #
-# Sections gpu (every scheme at d=512 and seq 1024/4096 in bf16; RoPE at LLaMA's shapes; ALiBi and T5
-# through FlexAttention against the [H, n, n] bias at 4096/16384) and schemes/xt at the CPU table's
-# sizes, saved as one JSON file (`posenc.bench.stored` reads it). The comparison chapter shows the gpu
+# Sections schemes/xt at the CPU table's sizes, then gpu (RoPE at LLaMA's shapes; ALiBi and T5 through
+# FlexAttention against the [H, n, n] bias at 4096/16384; every scheme at d=512 and seq 1024/4096 in bf16,
+# a scheme that runs out of memory or past 3 s a step left out by name), saved as one JSON file
+# (`posenc.bench.stored` reads it) after each section and each of gpu's three tables, so a window cut
+# short keeps what it finished. The comparison chapter shows the gpu
 # section ("On a GPU"); the findings page takes its cost column from the schemes section under the
 # `full` profile. The H200 image has neither x-transformers nor rotary-embedding-torch: the bench then
 # skips xt and the RoPE table's rotary-embedding-torch row, each by name, and keeps the rest.
@@ -21,7 +23,7 @@ OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 LIMIT=${LIMIT:-420}
-SECTIONS=${SECTIONS-gpu schemes xt}               # SECTIONS= (empty): the CUDA-graph probe alone
+SECTIONS=${SECTIONS-schemes xt gpu}               # quickest first, each saved when done; SECTIONS= : the graph probe alone
 if [ -z "$SECTIONS" ]; then GRAPHS=$LIMIT          # the last 180 s go to the CUDA-graph probe, when there are 330
 elif [ "$LIMIT" -ge 330 ]; then GRAPHS=180; else GRAPHS=0; fi
 [ -z "$SECTIONS" ] || timeout $(( LIMIT - GRAPHS )) python3 -m posenc.bench --device cuda --only $SECTIONS \

@@ -4,13 +4,14 @@
 #   before:      bash scripts/device_wheels.sh          (here: x-transformers and rotary-embedding-torch as wheels in .whl/)
 #                bash scripts/device_tree.sh aside      (the store's weights set aside: the tree that travels must stay
 #                                                        under 64 MiB, and the runner reads records, not weights)
-#   call 1:      bash scripts/gpu_window.sh             (timeout_s 600, carry [".whl"]; DEADLINE=400 by default)
+#   call 1:      bash scripts/gpu_window.sh             (timeout_s 600, carry [".whl"]; the deadline is at most 400 s)
 #   back here:   bash scripts/device_unpack.sh <files_at>  (the runs this call finished, in parts of under 16 MiB,
 #                                                        unpacked; their weights set aside, or call 2 is refused
 #                                                        for a tree over 64 MiB; cuda.json copied if it came)
 #   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 2 minutes
 #   of the session's device time are left (status: budget_left_s), with timeout_s = that time - 20:
-#                STACK=<call 1's> WORKERS=<call 1's> DEADLINE=<that time - 80> bash scripts/gpu_window.sh   (carry [".whl"])
+#                STACK=<call 1's> WORKERS=<call 1's> BUDGET=<timeout_s - 30> bash scripts/gpu_window.sh   (carry [".whl"])
+#                (the runner's deadline follows from BUDGET: what the probes left, less 60 s to pack)
 #                Unpack call 1's parts first: each call replaces the machine's store with this tree's.
 #   at the end:  bash scripts/device_tree.sh back && git add results/full && git commit
 #
@@ -37,9 +38,9 @@
 # dry-run before and after with the cost model refitted to this window (dry_run.txt).
 # If the whole tier is done before the deadline, the time left to the call's budget goes to the
 # CUDA cost table (scripts/gpu_costs.sh: cuda.json, bench.log), after the store is packed.
-# Budget of one device call (600 s): probes <= 160 s, runner 400 s, then about 25 s to list, refit and pack the
-# store (BUDGET, 570 s, bounds the optional cost table). Keep DEADLINE so that the whole script ends before the
-# call's limit: the archive is made before anything optional.
+# Budget of one device call (600 s): probes <= 160 s (skipped where they cannot pay), runner at most 400 s, then
+# about 25 s to list, refit and pack the store (BUDGET, 570 s, bounds the deadline and the optional cost table):
+# the archive is made before anything optional, and the deadline leaves 60 s for it.
 # Rehearsal without a GPU (tests/test_gpu_window.py runs it in a throwaway copy of the repository):
 #   DEVICE=cpu CHAPTERS=01_learned STACK=0 DEADLINE=20 bash scripts/gpu_window.sh
 # DEVICE goes to the runner's --device (default auto: the GPU), CHAPTERS to its --chapters (default all).
@@ -79,6 +80,19 @@ except Exception as err:
     print('$3'); print('no $1 probe:', err, file=sys.stderr)" 2>> "$OUT/runner.log"
 }
 : > "$OUT/runner.log"
+# A probe that cannot pay is skipped: no stacked groups to decide on, or a tier whose missing runs take under
+# two minutes of wall time with ten workers (the probes cost up to 160 s; the 24 randomized-position runs
+# left after 2026-12-04 are 0 groups and about 0.7 min).
+# PROBES=always runs them whatever the dry run says (the rehearsal tests do).
+AUTO=$([ "${PROBES:-auto}" = always ] && echo 0 || echo 1)
+if [ "$AUTO" = 1 ] && [ -z "${STACK:-}" ] && grep -q -- "--stack-seeds: 0 of" "$OUT/dry_run.txt"; then
+    STACK=0; echo "no stacked groups among the missing runs: the stacking probe is skipped" | tee -a "$OUT/runner.log"
+fi
+WALL=$(sed -n 's/.*with 10 workers: about \([0-9.]*\) min of wall time.*/\1/p' "$OUT/dry_run.txt" | head -1)
+if [ "$AUTO" = 1 ] && [ -z "${WORKERS:-}" ] && [ -n "$WALL" ] && awk "BEGIN { exit !($WALL < 2) }"; then
+    WORKERS=10; echo "the missing runs take about $WALL min with 10 workers: the worker probe is skipped" \
+        | tee -a "$OUT/runner.log"
+fi
 [ -n "${STACK:-}" ] || STACK=$(probe stacking 60 0 "
     from posenc.bench.stacking import stack_decision
     ok, why = stack_decision(rows)
@@ -89,7 +103,12 @@ echo "stack seeds: $STACK" | tee -a "$OUT/runner.log"
     print(best_count(rows))")
 echo "workers: $WORKERS" | tee -a "$OUT/runner.log"
 FLAGS="$([ "$STACK" = 1 ] && echo --stack-seeds) $([ "${CUDA_GRAPHS:-0}" = 1 ] && echo --cuda-graphs)"
-python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "${DEADLINE:-400}" \
+# The runner's deadline: what is left of BUDGET after the probes, less 60 s to list, refit and pack the store
+# (measured about 25 s) and the runner's start before its clock; at most 400 s unless DEADLINE says otherwise.
+SPENT=$(( $(date +%s) - START ))
+DEADLINE=${DEADLINE:-$(( BUDGET - SPENT - 60 < 400 ? BUDGET - SPENT - 60 : 400 ))}
+echo "deadline: $DEADLINE s ($SPENT s spent of a $BUDGET s budget)" | tee -a "$OUT/runner.log"
+python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "$DEADLINE" \
     --workers "$WORKERS" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
 { echo "== after"; python3 -m posenc.runs --profile full $SELECT --dry-run
   echo "== the cost model refitted to this window"; python3 -m posenc.runs --profile full --fit; } >> "$OUT/dry_run.txt" 2>&1

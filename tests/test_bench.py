@@ -79,6 +79,47 @@ def test_gpu_cost_table_code_runs_at_small_sizes_on_cpu():
     assert bias.column("scheme") == ["nope", "t5 sdpa"]
 
 
+def test_a_scheme_that_runs_out_of_memory_or_time_is_left_out_by_name_and_the_rest_are_timed(monkeypatch):
+    """CoPE at 4096 tokens would need more than an H200's memory, FLOATER minutes: such a row says why it is
+    empty, and the table still holds every other scheme (it once ended the whole cost table)."""
+    import posenc.bench.gpu as gpu
+    from posenc.schemes.alibi import ALiBi
+    def too_big(self, ctx):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    monkeypatch.setattr(ALiBi, "logit_bias", too_big)
+    costs = gpu.gpu_scheme_costs(["alibi", "t5"], seq_lens=(16,), sizes=TINY, rounds=1, device="cpu", dtype=None)
+    [alibi] = costs.where(scheme="alibi")
+    assert alibi["left_out"] == "out of memory" and alibi["train_ms"] is None and alibi["train/nope"] is None
+    assert costs.where(scheme="t5")[0]["left_out"] is None and costs.where(scheme="t5")[0]["train/nope"] > 0
+    monkeypatch.setattr(gpu, "SLOW_STEP_S", -1.0)              # every step too slow, NoPE's too: no ratios at all
+    slow = gpu.gpu_scheme_costs(["t5"], seq_lens=(16,), sizes=TINY, rounds=1, device="cpu", dtype=None)
+    assert all(r["left_out"].startswith("a step took") and r["train/nope"] is None for r in slow)
+
+
+def test_a_section_made_of_tables_in_turn_keeps_each_as_it_is_made():
+    """The gpu section saves its RoPE table before the bias table is made, and so on: a window that ends in
+    the middle keeps what it finished."""
+    from posenc.bench.__main__ import run_section
+    saved = []
+    def fails():
+        raise RuntimeError("the window ended")
+    out = {}
+    with pytest.raises(RuntimeError, match="the window ended"):
+        run_section("gpu", "t", {"rope": lambda: posenc.Table([{"a": 1}]), "bias": fails}, out,
+                    lambda o: saved.append(json.loads(json.dumps(o))))
+    assert saved == [{"gpu": {"title": "t", "rows": {"rope": [{"a": 1}]}}}]
+
+
+def test_alibi_peak_memory_counts_the_bias_it_keeps_between_steps():
+    """clear_cache drops ALiBi's kept [H, n, n] bias, so the measured step builds it again, as T5's does."""
+    model = posenc.build_model("alibi", 11, causal=True, d_model=16, n_heads=2, n_layers=1, max_len=32)
+    model(torch.randint(0, 11, (1, 8)))
+    assert model.scheme._last is not None
+    model.scheme.clear_cache()
+    assert model.scheme._last is None
+    posenc.build_model("t5", 11, causal=True, d_model=16, n_heads=2, n_layers=1, max_len=32).scheme.clear_cache()
+
+
 def test_rope_candidates_agree_in_bf16():
     """At the cost table's dtype every layout still returns what its reference returns (to bf16 rounding)."""
     from posenc.bench.kernels import ROPE_REFERENCE, rope_candidates
@@ -195,6 +236,12 @@ def test_cuda_summary_widens_the_scheme_table_and_judges_each_goal():
         {"scheme": "t5", "step/nope @1024": 1.3, "peak/nope @1024": 2.0, "step/nope @4096": 1.6, "peak/nope @4096": 2.0}]
     assert out["rope"].column("goal") == [True, False, None, None]       # 1.5x the floor, our rows only
     assert out["bias"].column("goal") == [None, True, False, None, None]  # 1.1x NoPE's peak, flex rows with a peak
+    partial = cuda_summary({"rope": rope})                                 # a window that ended after the first table
+    assert list(partial) == ["rope"]
+    left = [{**r, "left_out": "out of memory" if r["scheme"] == "t5" and r["seq"] == 4096 else None,
+             **({"train/nope": None, "peak/nope": None} if r["scheme"] == "t5" and r["seq"] == 4096 else {})}
+            for r in schemes]
+    assert cuda_summary({"schemes": left})["schemes"][1]["left out"] == "@4096: out of memory"
 
 
 def test_floater_cost_rows_hold_every_timing_and_its_ratio():

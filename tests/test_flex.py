@@ -100,6 +100,7 @@ def test_flex_falls_back_to_the_eager_kernel_when_it_cannot_compile(monkeypatch)
         raise RuntimeError("no C++ compiler")
 
     monkeypatch.setattr(attention._FLEX, "kernel", compiled_but_fails)
+    monkeypatch.setattr(attention._FLEX, "fell_back", False)   # restored after the test, as the kernel is
     model, x = _model("alibi", True, d_model=128), torch.randint(0, 30, (2, 12))   # heads the CPU would compile
     with torch.no_grad():
         model.attention_backend = "sdpa"
@@ -108,6 +109,20 @@ def test_flex_falls_back_to_the_eager_kernel_when_it_cannot_compile(monkeypatch)
         with pytest.warns(RuntimeWarning, match="could not be compiled"):
             got = model(x)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert attention._FLEX.fell_back                       # a benchmark row can say which kernel it timed
+
+
+def test_running_out_of_memory_is_not_taken_for_a_failed_compile(monkeypatch):
+    """An OOM in the compiled kernel propagates and leaves it in place: falling back to the eager kernel, which
+    builds the whole [B, H, n, n] scores, would only need more memory and make every later row time it."""
+    from posenc.compiled import CompiledOrEager
+    kernel = CompiledOrEager(lambda: (lambda x: x + 1), "a test kernel")
+    def too_big(x):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    kernel.kernel = too_big
+    with pytest.raises(torch.OutOfMemoryError):
+        kernel(torch.zeros(1))
+    assert kernel.kernel is too_big and not kernel.fell_back
 
 
 def test_the_causal_block_mask_is_built_once_per_shape_and_stays_right_aligned():

@@ -121,7 +121,7 @@ def test_the_cost_script_runs_the_graph_probe_alone_when_asked_for_no_sections(r
 def test_without_a_worker_count_the_window_measures_one_and_the_runner_uses_it(repo):
     """WORKERS unset: the worker probe (`posenc.bench --only workers`; on a CPU 1 and 2 processes for 2 s) times
     the aggregate step rate, and the runner takes the fewest workers within 5% of the best."""
-    proc, _, out = window(repo, CHAPTERS=unfinished(), DEADLINE="10", WORKERS=None)
+    proc, _, out = window(repo, CHAPTERS=unfinished(), DEADLINE="10", WORKERS=None, PROBES="always")
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = (out / "runner.log").read_text()
     assert "aggregate training steps/s of W processes" in log and "steps_per_s" in log, log[-2000:]
@@ -143,12 +143,26 @@ def test_without_a_stacking_answer_the_window_reads_the_probe_and_refuses_a_nan_
     (shim / "timeout").write_text('#!/usr/bin/env bash\nfor a in "$@"; do [ "${prev:-}" = --save ] && cp %s "$a"; '
                                   'prev=$a; done\n' % probe)
     (shim / "timeout").chmod(0o755)
-    proc, _, out = window(repo, CHAPTERS=unfinished(), DEADLINE="10", STACK=None,
+    proc, _, out = window(repo, CHAPTERS=unfinished(), DEADLINE="10", STACK=None, PROBES="always",
                           PATH=f"{shim}:{os.environ['PATH']}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = (out / "runner.log").read_text()
     assert "stacking probe: median speedup 1.39x, largest loss gap nan (a final loss is NaN" in log, log[-2000:]
     assert "stack seeds: 0" in log, log[-2000:]
+
+
+def test_probes_that_cannot_pay_are_skipped_and_the_deadline_follows_the_budget(repo):
+    """With no stacked groups among the missing runs and a tier of under two minutes with ten workers (the state
+    since 2026-12-04: 24 runs, about 0.7 min), both probes (up to 160 s) are skipped; without DEADLINE the
+    runner's deadline is what is left of BUDGET less 60 s for packing, at most 400 s."""
+    proc, _, out = window(repo, CHAPTERS=unfinished(), STACK=None, WORKERS=None, BUDGET="75")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = (out / "runner.log").read_text()
+    assert "the stacking probe is skipped" in log and "stack seeds: 0" in log, log[-2000:]
+    assert "the worker probe is skipped" in log and "workers: 10" in log, log[-2000:]
+    assert "aggregate training steps/s" not in log                          # neither probe ran
+    [line] = [x for x in log.splitlines() if x.startswith("deadline: ")]
+    assert 0 < int(line.split()[1]) <= 15, line                             # 75 s less what was spent, less 60
 
 
 def test_a_window_with_the_tier_done_packs_the_store_before_it_starts_the_cost_table(repo, tmp_path):

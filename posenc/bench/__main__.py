@@ -64,8 +64,9 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
         "gpu": ("the CUDA cost table (bf16): schemes at d=512, 8 heads, 4 layers, batch 8, seq 1024 and 4096; "
                 "RoPE at LLaMA's [1, 32, n, 128], n = 2048 and 16384; ALiBi and T5 through FlexAttention or the "
                 "[H, n, n] bias, batch 1, n = 4096 and 16384",
-                lambda: {"schemes": gpu_scheme_costs(device=device), "rope": rope_llama_times(device=device),
-                         "bias": bias_backend_costs(device=device)}),
+                lambda: {"rope": lambda: rope_llama_times(device=device),      # tables saved one by one,
+                         "bias": lambda: bias_backend_costs(device=device),    # the quickest first
+                         "schemes": lambda: gpu_scheme_costs(device=device)}),
         "stacking": (f"3 seeds of a causal LM (d=128, 4 layers, 4 heads, batch 32, seq 128, corpus) trained {stack_steps} "
                      f"steps one by one / as one stacked model (torch.func.vmap), best of {stack_rounds}, {clock} time",
                      lambda: stacking_costs(("nope", "rope", "alibi"), steps=stack_steps, rounds=stack_rounds, device=device,
@@ -91,14 +92,28 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
             print(f"\n== {name}: skipped (x-transformers is not installed: pip install x-transformers)")
             continue
         print(f"\n== {title}", flush=True)
-        result = job()
-        for sub, table in (result.items() if isinstance(result, dict) else [(None, result)]):
-            print(f"-- {sub}" if sub else "", table.round(3), sep="\n" if sub else "", flush=True)
-        out[name] = {"title": title, "rows": {k: list(v) for k, v in result.items()} if isinstance(result, dict)
-                     else list(result)}
-        if done is not None:
-            done(out)
+        run_section(name, title, job(), out, done)
     return out
+
+
+def run_section(name: str, title: str, result, out: dict, done=None) -> None:
+    """Put section `name`'s `result` into `out` and pass `out` to `done`: a Table, a dict of Tables, or a dict
+    of callables making them, each made, kept and passed to `done` in turn (a window cut short keeps those)."""
+    if isinstance(result, dict) and all(callable(v) for v in result.values()):
+        out[name] = {"title": title, "rows": {}}
+        for sub, make in result.items():
+            table = make()
+            print(f"-- {sub}", table.round(3), sep="\n", flush=True)
+            out[name]["rows"][sub] = list(table)
+            if done is not None:
+                done(out)
+        return
+    for sub, table in (result.items() if isinstance(result, dict) else [(None, result)]):
+        print(f"-- {sub}" if sub else "", table.round(3), sep="\n" if sub else "", flush=True)
+    out[name] = {"title": title, "rows": {k: list(v) for k, v in result.items()} if isinstance(result, dict)
+                 else list(result)}
+    if done is not None:
+        done(out)
 
 
 def positive_int(text: str) -> int:

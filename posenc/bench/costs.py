@@ -10,6 +10,7 @@ import statistics
 import torch
 
 from .timing import interleaved_times
+from ..host import host_checked
 from ..model import build_model, lm_loss
 from ..schemes.relative import clipped_relative_positions, gather_relative, spread_relative
 from ..table import Table
@@ -37,13 +38,16 @@ def step_time_ratios(schemes, *, vocab_size: int = 64, seq_len: int = 128, batch
 
 def train_steps(model, x, y, steps: int = 1, *, dtype=None):
     """A callable doing `steps` training steps (forward, LM loss, backward, AdamW) on one batch, the forward
-    under autocast to `dtype` (None: full precision)."""
+    under autocast to `dtype` (None: full precision). The batch's token values are checked once, here, so that
+    a timed step does not read them back from a GPU (`host_checked`), as the runner's steps do not."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if hasattr(model, "check_inputs"):                     # posenc's models (x-transformers' have no such check)
+        model.check_inputs(x)
 
     def run():
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
-            with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None):
+            with torch.autocast(x.device.type, dtype=dtype, enabled=dtype is not None), host_checked():
                 loss = lm_loss(model(x), y)
             loss.backward()
             opt.step()

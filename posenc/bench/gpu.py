@@ -23,6 +23,8 @@ for a GPU.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ..model import build_model
@@ -41,11 +43,45 @@ FLEX_SEQ_LENS = (4096, 16384)
 VOCAB = 256
 
 
-def peak_bytes(step, device) -> int:
-    """The allocator's peak over one call of `step` beyond what was allocated before it (CUDA), else 0."""
+#: A model whose second step (after the first, which compiles and warms up) takes longer than this is left
+#: out of its length's timing, with the reason in its row: FLOATER's ODE, solved in many small kernels, could
+#: spend the window's minutes at 4096 tokens. One that runs out of memory is left out the same way.
+SLOW_STEP_S = 3.0
+
+
+def trial(step, device, forget=None) -> str | None:
+    """None if `step` runs twice, the second time within SLOW_STEP_S, else why not ("out of memory", or the
+    second step's time); `forget()` first drops what a scheme keeps between steps (`Scheme.clear_cache`)."""
+    try:
+        step()
+        if forget is not None:
+            forget()
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
+    except torch.OutOfMemoryError:
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        return "out of memory"
+    took = time.perf_counter() - start
+    return None if took <= SLOW_STEP_S else f"a step took {took:.1f} s (over {SLOW_STEP_S:g} s)"
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_bytes(step, device, forget=None) -> int:
+    """The allocator's peak over one call of `step` beyond what was allocated before it (CUDA), else 0.
+    `forget()` runs before the measured call, so that a table a scheme keeps between steps (ALiBi's bias)
+    is built, and counted, inside it as another scheme's is."""
     if torch.device(device).type != "cuda":
         return 0
     step()                                                    # optimizer state exists before the measured call
+    if forget is not None:
+        forget()
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
@@ -67,21 +103,39 @@ def _models(names, seq_len, sizes, device, backend=None):
 
 
 def _ratios(models, seq_len, batch_size, device, dtype, rounds) -> Table:
+    """Rows {scheme, seq, train_ms, train/nope, peak_MiB, peak/nope, left_out} for `models` (NoPE first). A model
+    that fails its `trial` keeps a row of Nones with the reason in `left_out`, and is freed before the others run."""
     g = torch.Generator().manual_seed(0)
     x, y = (torch.randint(0, VOCAB, (batch_size, seq_len), generator=g).to(device) for _ in range(2))
-    steps = {n: train_steps(m, x, y, dtype=dtype) for n, m in models.items()}
-    times = {n: min(t) for n, t in interleaved_times(steps, rounds=rounds, device=device).items()}
-    peaks = {n: peak_bytes(s, device) for n, s in steps.items()}
     first = next(iter(models))
-    return Table({"scheme": n, "seq": seq_len, "train_ms": 1e3 * times[n], "train/nope": times[n] / times[first],
-                  "peak_MiB": peaks[n] / 2 ** 20,
-                  "peak/nope": peaks[n] / peaks[first] if peaks[first] else None} for n in models)
+    forget = {n: m.scheme.clear_cache for n, m in models.items()}
+    steps, left_out = {}, {}
+    for n, m in list(models.items()):
+        step = train_steps(m, x, y, dtype=dtype)
+        left_out[n] = trial(step, device, forget[n])
+        if left_out[n] is None:
+            steps[n] = step
+        else:
+            del models[n], step                               # its activations and optimizer state go with it
+            if torch.device(device).type == "cuda":
+                torch.cuda.empty_cache()
+    times = {n: min(t) for n, t in interleaved_times(steps, rounds=rounds, device=device).items()} if steps else {}
+    peaks = {n: peak_bytes(s, device, forget[n]) for n, s in steps.items()}
+    base_time, base_peak = times.get(first), peaks.get(first)
+
+    def ratio(value, base):
+        return value / base if value is not None and base else None
+    return Table({"scheme": n, "seq": seq_len, "train_ms": 1e3 * times[n] if n in times else None,
+                  "train/nope": ratio(times.get(n), base_time),
+                  "peak_MiB": peaks[n] / 2 ** 20 if n in peaks else None,
+                  "peak/nope": ratio(peaks.get(n), base_peak), "left_out": left_out[n]} for n in left_out)
 
 
 def gpu_scheme_costs(schemes=None, *, seq_lens=GPU_SEQ_LENS, sizes=GPU_MODEL, rounds: int = 5,
                      device: str = "cuda", dtype=torch.bfloat16) -> Table:
-    """Rows {scheme, seq, train_ms, train/nope, peak_MiB, peak/nope}: one training step of each scheme
-    (NoPE first, then a second NoPE model as the noise control) under autocast to `dtype`."""
+    """Rows {scheme, seq, train_ms, train/nope, peak_MiB, peak/nope, left_out}: one training step of each scheme
+    (NoPE first, then a second NoPE model as the noise control) under autocast to `dtype`; a scheme that runs out
+    of memory or past SLOW_STEP_S a step at a length has Nones there and the reason in `left_out`."""
     from ..scheme import SCHEMES
     names = {"nope": "nope", "nope (control)": "nope",
              **{s: s for s in (schemes or sorted(SCHEMES)) if s != "nope"}}
@@ -102,15 +156,18 @@ def rope_llama_times(*, seq_lens=LLAMA_ROPE["seq_lens"], heads: int = LLAMA_ROPE
 def bias_backend_costs(schemes=("alibi", "t5"), *, seq_lens=FLEX_SEQ_LENS, sizes=GPU_MODEL, batch_size: int = 1,
                        backends=("flex", "sdpa"), rounds: int = 5, device: str = "cuda",
                        dtype=torch.bfloat16) -> Table:
-    """Rows {scheme, seq, train_ms, train/nope, peak_MiB, peak/nope}: NoPE, then each bias scheme with its bias
-    inside FlexAttention ("<scheme> flex") and as the [H, n, n] tensor ("<scheme> sdpa")."""
+    """Rows {scheme, seq, train_ms, train/nope, peak_MiB, peak/nope, left_out}: NoPE, then each bias scheme with
+    its bias inside FlexAttention ("<scheme> flex") and as the [H, n, n] tensor ("<scheme> sdpa")."""
     names = {"nope": "nope"}
     backend = {}
     for s in schemes:
         for b in backends:
             names[f"{s} {b}"] = s
             backend[f"{s} {b}"] = b
+    from ..attention import _FLEX
     rows = Table()
     for n in seq_lens:
-        rows.extend(_ratios(_models(names, n, sizes, device, backend), n, batch_size, device, dtype, rounds))
+        for r in _ratios(_models(names, n, sizes, device, backend), n, batch_size, device, dtype, rounds):
+            kernel = "eager (the compile failed)" if _FLEX.fell_back else "compiled"   # what the flex rows timed
+            rows.append({**r, "flex kernel": kernel if r["scheme"].endswith(" flex") else None})
     return rows

@@ -33,7 +33,7 @@ def measure(impl: str, n: int, heads: int, head_dim: int, k: int, device: str) -
     q_r, k_r = (torch.randn(heads, 2 * k, head_dim, device=device) for _ in range(2))
     index = relative_distance(n, n, k).to(device)
     fn = c2p_p2c if impl == "gather" else c2p_p2c_naive
-    if device == "cuda":
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
@@ -43,7 +43,7 @@ def measure(impl: str, n: int, heads: int, head_dim: int, k: int, device: str) -
         base = _status("VmRSS")
     t0 = time.perf_counter()
     out = fn(q, kc, q_r, k_r, index)
-    if device == "cuda":
+    if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - base
     else:

@@ -48,22 +48,32 @@ def cuda_summary(gpu_rows: dict) -> dict[str, Table]:
       with `goal` (<= ROPE_FLOOR_GOAL x the floor) on our rows;
     * "bias": NoPE and each bias scheme through FlexAttention ("flex") or with the [H, n, n] tensor ("sdpa"),
       with `goal` (peak <= FLEX_PEAK_GOAL x NoPE's) on the flex rows.
-    A goal is True, False, or None where the table holds no number for it (peak memory off CUDA).
+    A goal is True, False, or None where the table holds no number for it (peak memory off CUDA, or a row left
+    out: `posenc.bench.gpu.trial`). The tables are saved one by one as they are made, so a window cut short
+    keeps some: only those present are returned.
     """
-    schemes = Table(gpu_rows["schemes"])
-    lens = list(dict.fromkeys(schemes.column("seq")))
-    wide = Table()
-    for s in dict.fromkeys(schemes.column("scheme")):
-        row = {"scheme": s}
-        for n in lens:
-            [r] = schemes.where(scheme=s, seq=n)
-            row |= {f"step/nope @{n}": r["train/nope"], f"peak/nope @{n}": r["peak/nope"]}
-        wide.append(row)
-    rope = Table({**r, "goal": (r["vs_floor"] <= ROPE_FLOOR_GOAL) if r["candidate"].startswith("ours") else None}
-                 for r in gpu_rows["rope"])
-    bias = Table({**r, "goal": (None if r["peak/nope"] is None else r["peak/nope"] <= FLEX_PEAK_GOAL)
-                  if r["scheme"].endswith(" flex") else None} for r in gpu_rows["bias"])
-    return {"schemes": wide, "rope": rope, "bias": bias}
+    out = {}
+    if "schemes" in gpu_rows:
+        schemes = Table(gpu_rows["schemes"])
+        lens = list(dict.fromkeys(schemes.column("seq")))
+        wide = Table()
+        for s in dict.fromkeys(schemes.column("scheme")):
+            row = {"scheme": s}
+            for n in lens:
+                [r] = schemes.where(scheme=s, seq=n)
+                row |= {f"step/nope @{n}": r["train/nope"], f"peak/nope @{n}": r["peak/nope"]}
+            if any(r.get("left_out") for r in schemes.where(scheme=s)):
+                row["left out"] = "; ".join(f"@{r['seq']}: {r['left_out']}" for r in schemes.where(scheme=s)
+                                            if r.get("left_out"))
+            wide.append(row)
+        out["schemes"] = wide
+    if "rope" in gpu_rows:
+        out["rope"] = Table({**r, "goal": (r["vs_floor"] <= ROPE_FLOOR_GOAL) if r["candidate"].startswith("ours")
+                             else None} for r in gpu_rows["rope"])
+    if "bias" in gpu_rows:
+        out["bias"] = Table({**r, "goal": (None if r["peak/nope"] is None else r["peak/nope"] <= FLEX_PEAK_GOAL)
+                             if r["scheme"].endswith(" flex") else None} for r in gpu_rows["bias"])
+    return out
 
 
 __all__ = ["BENCH_DEVICES", "ROPE_FLOOR_GOAL", "FLEX_PEAK_GOAL", "stored_bench", "stored_section",

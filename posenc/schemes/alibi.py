@@ -68,6 +68,9 @@ class ALiBi(Scheme):
         self.register_buffer("slopes", alibi_slopes(self.n_heads).float(), persistent=False)
         self._last: tuple | None = None       # (n, device, bias) of the last run of consecutive positions
 
+    def clear_cache(self) -> None:
+        self._last = None
+
     def score_mod(self, ctx: PositionContext):
         """-m_h |p_j - p_i| from the positions and the slopes (FlexAttention; no [H, T, T] bias)."""
         pos, slopes = ctx.positions.to(torch.float32), self.slopes
