@@ -14,11 +14,13 @@ from .analysis import metric_values
 PAGE_WIDTH, DPI = 7.0, 150
 
 
-#: One colour and one marker per scheme across the whole book. The colours are Paul Tol's
-#: colour-blind-safe "muted" and "bright" sets; the markers tell apart the pairs that share a hue.
-_TOL = ["#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677", "#882255", "#AA4499",
-        "#4477AA", "#EE6677", "#228833", "#CCBB44", "#66CCEE", "#EE7733", "#BBBBBB", "#225555", "#663333",
-        "#222255", "#99DDFF", "#EE8866", "#FFAABB", "#AAAA00", "#DDAA33", "#BB5566"]
+#: One colour and one marker per scheme across the whole book, chosen so that the schemes drawn together in
+#: chapter 15 differ in hue or in lightness (any two schemes at least 20 apart in CIELAB, any two rows 15; a
+#: test checks it): NoPE black, then a hue each, drawn from Paul Tol's and Okabe and Ito's sets; an option
+#: row takes a lighter or darker shade of its scheme's hue.
+_TOL = ["#000000", "#88CCEE", "#44AA99", "#AA4499", "#666633", "#AA7744", "#CC6677", "#882255", "#EE7733",
+        "#332288", "#EE3377", "#228833", "#CCBB44", "#0077BB", "#CC3311", "#BBBBBB", "#E69F00", "#663333",
+        "#225522", "#99DD55", "#EE8866", "#FFBB77", "#77AADD", "#FFAABB", "#DD88BB"]
 #: Markers: every scheme its own (FIRE, KERPLE, CoPE and the GRU take the four after the first fourteen); the
 #: option rows after them repeat the first ones, with colours of their own.
 _MARKERS = "osD^v<>ph*Xd8P" + "x+H1"
@@ -37,10 +39,14 @@ SCHEME_STYLE = {name: (_TOL[i], _MARKERS[i % len(_MARKERS)]) for i, name in enum
 HOOK_COLOR = {"input": "#4477AA", "q/k": "#228833", "bias": "#EE6677", "custom": "#AA3377"}
 
 
+#: Labels that name one of the book's schemes another way (the ViT's 2-D schemes): drawn in its style.
+SAME_STYLE = {"none": "nope", "sincos2d": "sinusoidal", "rope2d": "rope"}
+
+
 def style(label) -> dict:
-    """Line style of a curve labelled with a scheme's name: its fixed colour and marker; any other
-    label keeps matplotlib's cycle (an empty dict)."""
-    name = str(label)
+    """Line style of a curve labelled with a scheme's name (or a `SAME_STYLE` alias): its fixed colour
+    and marker; any other label keeps matplotlib's cycle (an empty dict)."""
+    name = SAME_STYLE.get(str(label), str(label))
     if name in SCHEME_STYLE:
         color, marker = SCHEME_STYLE[name]
         return {"color": color, "marker": marker}

@@ -108,6 +108,32 @@ def test_every_scheme_has_one_style_and_other_labels_keep_the_cycle():
     assert len({SCHEME_STYLE[s][1] for s in posenc.SCHEMES}) == len(posenc.SCHEMES)  # and each scheme a marker
     assert style("rope") == {"color": SCHEME_STYLE["rope"][0], "marker": SCHEME_STYLE["rope"][1]}
     assert style("RoPE + PI x4") == {} and style("k=4") == {}
+    assert style("rope2d") == style("rope") and style("sincos2d") == style("sinusoidal") and style("none") == style("nope")
+
+
+def _cielab(hex_colour: str) -> tuple:
+    """sRGB '#RRGGBB' -> CIE L*a*b* (D65)."""
+    rgb = [int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb)
+    xyz = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b, \
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+    fx, fy, fz = (t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116 for t in xyz)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def test_the_schemes_colours_are_far_enough_apart_to_tell_apart():
+    """Chapter 15 draws every scheme in one panel: any two schemes' colours differ by a CIELAB distance of at
+    least 20, and any two rows (option rows included) by 15 (about 2.3 is a just-noticeable difference)."""
+    import itertools
+    import math
+    import posenc
+    from posenc.plots import SCHEME_STYLE
+    assert _cielab("#FFFFFF")[0] == pytest.approx(100, abs=0.01) and _cielab("#000000")[0] == 0
+    def closest(names):
+        return min(math.dist(_cielab(SCHEME_STYLE[a][0]), _cielab(SCHEME_STYLE[b][0]))
+                   for a, b in itertools.combinations(names, 2))
+    assert closest(sorted(posenc.SCHEMES)) >= 20
+    assert closest(list(SCHEME_STYLE)) >= 15
 
 
 def test_import_posenc_leaves_the_drawing_and_ode_libraries_unloaded_until_used():
