@@ -66,7 +66,7 @@ def length_curves(rows: Table, panels=LENGTH_PANELS, *, title: str | None = None
                 line={"color": color, "width": 2}, marker={"symbol": _SYMBOLS.get(marker, "circle"), "size": 8},
                 error_y={"type": "data", "symmetric": False, "array": c["hi"], "arrayminus": c["lo"],
                          "thickness": 1, "width": 3},
-                hovertemplate=f"{scheme}<br>%{{x}}x L: %{{y:.3f}}<extra></extra>"))
+                hovertemplate=f"{scheme}<br>%{{x}}L: %{{y:.3f}}<extra></extra>"))
     n = len(schemes)
     menu = [{"label": task, "method": "update",
              "args": [{"visible": [j // n == k for j in range(n * len(panels))]}, {"yaxis.title.text": axis}]}
@@ -74,10 +74,11 @@ def length_curves(rows: Table, panels=LENGTH_PANELS, *, title: str | None = None
     fig.update_layout(
         template="simple_white", height=520, margin={"l": 60, "r": 10, "t": 60, "b": 10},
         title={"text": title, "x": 0.5} if title else None, font={"size": 13},
-        xaxis={"title": "evaluation length / training length L", "type": "log", "tickvals": [1, 2, 3, 4, 8],
-               "ticktext": ["1", "2", "3", "4", "8"]},
+        # The ticks name the lengths (L, 2L, ...) so the axis needs no title: on a phone the legend's many rows
+        # below the plot would otherwise run into it.
+        xaxis={"type": "log", "tickvals": [1, 2, 3, 4, 8], "ticktext": ["L", "2L", "3L", "4L", "8L"]},
         yaxis={"title": panels[0][2]},
-        legend={"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0, "font": {"size": 12}},
+        legend={"orientation": "h", "y": -0.14, "yanchor": "top", "x": 0, "font": {"size": 12}},
         updatemenus=[{"buttons": menu, "direction": "down", "x": 0, "xanchor": "left", "y": 1.12,
                       "yanchor": "bottom", "showactive": True}])
     return fig
@@ -97,7 +98,7 @@ class SiteFigure:
     def html(self) -> str:
         """The figure as an HTML fragment that loads plotly.js from the site (no CDN)."""
         body = self.fig.to_html(full_html=False, include_plotlyjs=False, div_id=self.div_id,
-                                config={"displaylogo": False, "responsive": True})
+                                config={"displaylogo": False, "responsive": True, "displayModeBar": False})
         note = (f'<p id="{self.div_id}-missing"></p><script>if (typeof Plotly === "undefined") '
                 f'document.getElementById("{self.div_id}-missing").textContent = "This interactive figure '
                 f'uses the book\'s copy of plotly.js; in a notebook, run fig.show() to draw it.";</script>')
