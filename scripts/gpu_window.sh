@@ -106,10 +106,18 @@ FLAGS="$([ "$STACK" = 1 ] && echo --stack-seeds) $([ "${CUDA_GRAPHS:-0}" = 1 ] &
 # The runner's deadline: what is left of BUDGET after the probes, less 60 s to list, refit and pack the store
 # (measured about 25 s) and the runner's start before its clock; at most 400 s unless DEADLINE says otherwise.
 SPENT=$(( $(date +%s) - START ))
-DEADLINE=${DEADLINE:-$(( BUDGET - SPENT - 60 < 400 ? BUDGET - SPENT - 60 : 400 ))}
+RUN=1
+if [ -z "${DEADLINE:-}" ]; then                             # a computed deadline under 20 s: no runner at all
+    DEADLINE=$(( BUDGET - SPENT - 60 < 400 ? BUDGET - SPENT - 60 : 400 ))
+    [ "$DEADLINE" -ge 20 ] || RUN=0
+fi
 echo "deadline: $DEADLINE s ($SPENT s spent of a $BUDGET s budget)" | tee -a "$OUT/runner.log"
-python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "$DEADLINE" \
-    --workers "$WORKERS" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
+if [ "$RUN" = 0 ]; then
+    echo "under 20 s left for the runner: it is not started" | tee -a "$OUT/runner.log"
+else
+    python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "$DEADLINE" \
+        --workers "$WORKERS" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
+fi
 { echo "== after"; python3 -m posenc.runs --profile full $SELECT --dry-run
   echo "== the cost model refitted to this window"; python3 -m posenc.runs --profile full --fit; } >> "$OUT/dry_run.txt" 2>&1
 bash scripts/pack_new.sh "$BEFORE" "$OUT"                 # the runs this call finished, in parts

@@ -154,7 +154,8 @@ def test_without_a_stacking_answer_the_window_reads_the_probe_and_refuses_a_nan_
 def test_probes_that_cannot_pay_are_skipped_and_the_deadline_follows_the_budget(repo):
     """With no stacked groups among the missing runs and a tier of under two minutes with ten workers (the state
     since 2026-12-04: 24 runs, about 0.7 min), both probes (up to 160 s) are skipped; without DEADLINE the
-    runner's deadline is what is left of BUDGET less 60 s for packing, at most 400 s."""
+    runner's deadline is what is left of BUDGET less 60 s for packing, at most 400 s, and under 20 s the
+    runner is not started."""
     proc, _, out = window(repo, CHAPTERS=unfinished(), STACK=None, WORKERS=None, BUDGET="75")
     assert proc.returncode == 0, proc.stderr[-2000:]
     log = (out / "runner.log").read_text()
@@ -162,7 +163,9 @@ def test_probes_that_cannot_pay_are_skipped_and_the_deadline_follows_the_budget(
     assert "the worker probe is skipped" in log and "workers: 10" in log, log[-2000:]
     assert "aggregate training steps/s" not in log                          # neither probe ran
     [line] = [x for x in log.splitlines() if x.startswith("deadline: ")]
-    assert 0 < int(line.split()[1]) <= 15, line                             # 75 s less what was spent, less 60
+    assert int(line.split()[1]) <= 15, line                                 # 75 s less what was spent, less 60
+    assert "under 20 s left for the runner: it is not started" in log       # so short a runner could finish nothing
+    assert (out / "dry_run.txt").exists()                                   # and the store is still listed and packed
 
 
 def test_a_window_with_the_tier_done_packs_the_store_before_it_starts_the_cost_table(repo, tmp_path):
