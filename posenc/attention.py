@@ -16,6 +16,7 @@ chose FlexAttention for a bias scheme (`PositionContext.score_mod`, see
 """
 from __future__ import annotations
 
+import copy
 import functools
 import math
 
@@ -59,12 +60,11 @@ class Attention(nn.Module):
         """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D] adds M earlier keys/values (XL);
         `kv` [B, T, D] gives the keys and values while x gives only the queries (a decoder pass).
 
-        `ctx` as `Transformer.context` builds it; a context built by hand (`PositionContext(positions, causal)`)
-        gets the scheme's tables and its shared bias merged with the causal mask on first use (`merge_mask`)."""
-        if not ctx.ready:                                          # a context built by hand: fill it once
-            if not ctx.tables:
-                ctx.tables = scheme.prepare(ctx)
-            merge_mask(scheme, ctx)
+        `ctx` as `Transformer.context` builds it. A context built by hand (`PositionContext(positions, causal)`)
+        is filled in a copy at every call, the scheme's tables and its shared bias merged with the causal mask
+        (`merge_mask`), and the caller's stays as given: it can serve another scheme or the next step."""
+        if not ctx.ready:
+            ctx = _filled(scheme, ctx, memory)
         B, T, D = x.shape
         if scheme.n_heads != self.n_heads or scheme.d_model != D:    # a RoPE for other heads rotates part of each
             scheme.check_fits("Attention", n_heads=self.n_heads, d_model=D)
@@ -106,6 +106,17 @@ class Attention(nn.Module):
                                                       is_causal=causal_only, scale=scale), None
         y = y.transpose(1, 2).reshape(B, T, D)                     # (B, T, D)
         return self.out(y), probs
+
+
+def _filled(scheme: Scheme, ctx: PositionContext, memory) -> PositionContext:
+    """A copy of a hand-built `ctx` with the scheme's tables (unless the caller set some) and the merged mask."""
+    if memory is not None and getattr(ctx, "key_positions", None) is None:
+        raise ValueError("memory needs a context whose keys include it: a posenc.model.SegmentContext with "
+                         "key_positions (the memory's positions, then the segment's), or Transformer.context")
+    ctx = copy.copy(ctx)
+    if not ctx.tables:
+        ctx.tables = scheme.prepare(ctx)
+    return merge_mask(scheme, ctx)
 
 
 def merge_mask(scheme: Scheme, ctx: PositionContext) -> PositionContext:

@@ -11,7 +11,7 @@ class CompiledOrEager:
     """Call `load()`'s function compiled by `torch.compile` (once per process, `dynamic=False`). Where it
     cannot be compiled (a CPU machine without a C++ compiler, say) warn once, naming `what`, and call the
     eager function from then on (`fell_back` says so, for a benchmark's row); an error the eager function also
-    raises is the caller's and propagates, and running out of memory is never taken for a failed compile.
+    raises is the caller's and propagates, and a `torch.OutOfMemoryError` is never taken for a failed compile.
 
     load: a zero-argument callable returning the eager function (so an optional import can wait until
     the first call).

@@ -66,7 +66,7 @@ def length_curves(rows: Table, panels=LENGTH_PANELS, *, title: str | None = None
                 line={"color": color, "width": 2}, marker={"symbol": _SYMBOLS.get(marker, "circle"), "size": 8},
                 error_y={"type": "data", "symmetric": False, "array": c["hi"], "arrayminus": c["lo"],
                          "thickness": 1, "width": 3},
-                hovertemplate=f"{scheme}<br>%{{x}}L: %{{y:.3f}}<extra></extra>"))
+                hovertemplate=f"{scheme}<br>%{{x}} x L: %{{y:.3f}}<extra></extra>"))
     n = len(schemes)
     menu = [{"label": task, "method": "update",
              "args": [{"visible": [j // n == k for j in range(n * len(panels))]}, {"yaxis.title.text": axis}]}

@@ -26,6 +26,8 @@ LIMIT=${LIMIT:-420}
 SECTIONS=${SECTIONS-schemes xt gpu}               # quickest first, each saved when done; SECTIONS= : the graph probe alone
 if [ -z "$SECTIONS" ]; then GRAPHS=$LIMIT          # the last 180 s go to the CUDA-graph probe, when there are 330
 elif [ "$LIMIT" -ge 330 ]; then GRAPHS=180; else GRAPHS=0; fi
+# The stored table is the starting point: the bench keeps what this call does not make again (same machine line).
+[ -f results/bench/cuda.json ] && [ ! -f "$OUT/cuda.json" ] && cp results/bench/cuda.json "$OUT/cuda.json"
 [ -z "$SECTIONS" ] || timeout $(( LIMIT - GRAPHS )) python3 -m posenc.bench --device cuda --only $SECTIONS \
     --save "$OUT/cuda.json" 2>&1 | tee "$OUT/bench.log"
 if [ "$GRAPHS" -gt 0 ]; then                     # the step replayed as a CUDA graph: correct here? faster here?

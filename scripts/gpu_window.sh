@@ -8,8 +8,9 @@
 #   back here:   bash scripts/device_unpack.sh <files_at>  (the runs this call finished, in parts of under 16 MiB,
 #                                                        unpacked; their weights set aside, or call 2 is refused
 #                                                        for a tree over 64 MiB; cuda.json copied if it came)
-#   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 2 minutes
-#   of the session's device time are left (status: budget_left_s), with timeout_s = that time - 20:
+#   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 3 minutes
+#   of the session's device time are left (status: budget_left_s), with timeout_s = that time - 20 (under
+#   3 minutes the deadline left after packing is under 20 s, and the runner is not started):
 #                STACK=<call 1's> WORKERS=<call 1's> BUDGET=<timeout_s - 30> bash scripts/gpu_window.sh   (carry [".whl"])
 #                (the runner's deadline follows from BUDGET: what the probes left, less 60 s to pack)
 #                Unpack call 1's parts first: each call replaces the machine's store with this tree's.
@@ -27,7 +28,8 @@
 # the deadline or more first (longest first), stores each the moment it ends, starts none that its cost model
 # says would end after the deadline, and stops cleanly there (a run in flight is abandoned and the next window
 # resumes it). WORKERS=10 skips the worker probe (70 s); the 2026-12-04 windows all ran 10 set by hand, so the probe
-# has yet to run on a GPU, and one window should let it (its answer then holds for the rest). The stacking probe
+# has yet to run on a GPU: a window with a long tier left should let it (PROBES=always, where the dry run would
+# skip it), and its answer then holds for the rest. The stacking probe
 # (60 s) times NoPE, RoPE and ALiBi: in the third 2026-12-04 window it timed NoPE and RoPE alone (1.24x, same
 # losses), and every stacked group with a mask or both directions then failed in the runner (a softmax backward
 # with two dtypes under SDPA's math kernel; those now take posenc.attention's explicit path) and fell back to
@@ -50,6 +52,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
 BUDGET=${BUDGET:-570}                             # seconds this script may take in all
+[[ $BUDGET =~ ^[0-9]+$ ]] || { echo "BUDGET must be whole seconds; got '$BUDGET'" >&2; exit 2; }
 OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 BEFORE=$(mktemp)                                  # the store as it came: only what this call adds goes back

@@ -82,14 +82,16 @@ def test_bad_head_count(bad):
         alibi_slopes(bad)
 
 
-@pytest.mark.parametrize("positions, slopes, match", [
-    (torch.arange(4), [0.5], "slopes must be a 1-D float tensor"),
-    (torch.arange(4), torch.tensor([1, 2]), "slopes must be a 1-D float tensor"),
-    (torch.arange(8).view(2, 4), torch.tensor([0.5]), "positions must be a 1-D tensor"),
-    ([0, 1, 2], torch.tensor([0.5]), "positions must be a 1-D tensor"),
+@pytest.mark.parametrize("positions, slopes, error, match", [
+    (torch.arange(4), [0.5], ValueError, "slopes must be a 1-D float tensor"),
+    (torch.arange(4), torch.tensor([1, 2]), TypeError, "slopes must be a float tensor"),
+    (torch.arange(8).view(2, 4), torch.tensor([0.5]), ValueError, "positions must be a 1-D tensor"),
+    ([0, 1, 2], torch.tensor([0.5]), ValueError, "positions must be a 1-D tensor"),
+    (torch.arange(300, dtype=torch.bfloat16), torch.tensor([0.5]), TypeError, "positions must be an integer, float32"),
+    (torch.ones(3, dtype=torch.bool), torch.tensor([0.5]), TypeError, "positions must be an integer, float32"),
 ])
-def test_alibi_bias_names_its_bad_argument(positions, slopes, match):
-    with pytest.raises(ValueError, match=match):
+def test_alibi_bias_names_its_bad_argument(positions, slopes, error, match):
+    with pytest.raises(error, match=match):
         alibi_bias(positions, slopes)
 
 

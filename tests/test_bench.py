@@ -96,6 +96,21 @@ def test_a_scheme_that_runs_out_of_memory_or_time_is_left_out_by_name_and_the_re
     assert all(r["left_out"].startswith("a step took") and r["train/nope"] is None for r in slow)
 
 
+def test_models_that_fit_alone_but_not_together_are_timed_one_by_one(monkeypatch):
+    """Each model passed its trial alone; if timing them in turns then runs out of memory, each is timed on its
+    own, and one that still does not fit is left out by name."""
+    import posenc.bench.gpu as gpu
+    real = gpu.interleaved_times
+    def crowded(fns, **kw):
+        if len(fns) > 1 or "t5" in fns:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(fns, **kw)
+    monkeypatch.setattr(gpu, "interleaved_times", crowded)
+    costs = gpu.gpu_scheme_costs(["alibi", "t5"], seq_lens=(16,), sizes=TINY, rounds=1, device="cpu", dtype=None)
+    assert costs.where(scheme="alibi")[0]["train/nope"] > 0 and costs.where(scheme="alibi")[0]["left_out"] is None
+    assert costs.where(scheme="t5")[0]["left_out"] == "out of memory" and costs.where(scheme="t5")[0]["train_ms"] is None
+
+
 def test_a_section_made_of_tables_in_turn_keeps_each_as_it_is_made():
     """The gpu section saves its RoPE table before the bias table is made, and so on: a window that ends in
     the middle keeps what it finished."""
@@ -110,13 +125,19 @@ def test_a_section_made_of_tables_in_turn_keeps_each_as_it_is_made():
     assert saved == [{"gpu": {"title": "t", "rows": {"rope": [{"a": 1}]}}}]
 
 
-def test_alibi_peak_memory_counts_the_bias_it_keeps_between_steps():
-    """clear_cache drops ALiBi's kept [H, n, n] bias, so the measured step builds it again, as T5's does."""
+def test_clear_cache_drops_what_a_scheme_keeps_between_steps():
+    """clear_cache drops ALiBi's kept [H, n, n] bias and RoPE's tables, so that a step measured after it builds
+    them again (`peak_bytes(forget=...)`), as T5 builds its bias at every step."""
     model = posenc.build_model("alibi", 11, causal=True, d_model=16, n_heads=2, n_layers=1, max_len=32)
     model(torch.randint(0, 11, (1, 8)))
     assert model.scheme._last is not None
     model.scheme.clear_cache()
     assert model.scheme._last is None
+    rope = posenc.build_model("rope", 11, causal=True, d_model=16, n_heads=2, n_layers=1, max_len=32)
+    rope(torch.randint(0, 11, (1, 8)))
+    assert rope.scheme._cache
+    rope.scheme.clear_cache()
+    assert not rope.scheme._cache
     posenc.build_model("t5", 11, causal=True, d_model=16, n_heads=2, n_layers=1, max_len=32).scheme.clear_cache()
 
 
@@ -168,6 +189,10 @@ def test_save_writes_a_new_file_and_merges_sections_of_the_same_machine(tmp_path
     assert json.loads(path.read_text())["sections"] == {"a": 1, "b": 2}
     save({"machine": "m2", "sections": {"c": 3}}, path)
     assert json.loads(path.read_text())["sections"] == {"c": 3}
+    whole = {"title": "t", "rows": {"rope": [1], "bias": [2], "schemes": [3]}}
+    save({"machine": "m2", "sections": {"gpu": whole}}, path)
+    save({"machine": "m2", "sections": {"gpu": {"title": "t", "rows": {"rope": [9]}}}}, path)   # a window cut short
+    assert json.loads(path.read_text())["sections"]["gpu"]["rows"] == {"rope": [9], "bias": [2], "schemes": [3]}
 
 
 @pytest.mark.parametrize("target, match", [("/proc/posenc-bench.json", "cannot create files"), ("bad.json", "no valid JSON")])

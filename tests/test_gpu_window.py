@@ -168,6 +168,22 @@ def test_probes_that_cannot_pay_are_skipped_and_the_deadline_follows_the_budget(
     assert (out / "dry_run.txt").exists()                                   # and the store is still listed and packed
 
 
+def test_a_computed_deadline_starts_the_runner_and_the_job_ends_inside_its_budget(repo):
+    proc, seconds, out = window(repo, CHAPTERS=unfinished(), BUDGET="100")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = (out / "runner.log").read_text()
+    [line] = [x for x in log.splitlines() if x.startswith("deadline: ")]
+    assert 20 <= int(line.split()[1]) <= 40, line
+    assert "with 1 workers" in log and "runner: it is not started" not in log, log[-2000:]
+    assert seconds < 100 + 15, f"the job took {seconds:.0f} s of a 100 s budget"
+    packed(out)                                                        # the archive came back (maybe empty)
+
+
+def test_a_bad_budget_is_refused_before_anything_runs(repo):
+    proc, _, _ = window(repo, CHAPTERS=unfinished(), BUDGET="5.5")
+    assert proc.returncode == 2 and "BUDGET must be whole seconds" in proc.stderr
+
+
 def test_a_window_with_the_tier_done_packs_the_store_before_it_starts_the_cost_table(repo, tmp_path):
     wheel = probe_wheel(repo / ".whl")                           # carried reference libraries are installed first
     proc, seconds, out = window(repo, CHAPTERS="12_cnn_zero_padding", DEADLINE="15", BUDGET="200",

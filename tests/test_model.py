@@ -66,6 +66,22 @@ def test_attention_on_a_context_built_by_hand_equals_the_models(scheme, causal):
         torch.testing.assert_close(changed[:, :-1], by_hand[:, :-1])
 
 
+def test_a_hand_built_context_is_left_as_given_and_serves_again():
+    """Filled in a copy: the same context trains T5 for two steps (no graph of step 1 is kept in it) and then
+    serves NoPE as a fresh one would (no ALiBi or T5 bias left behind); memory without key positions is refused."""
+    torch.manual_seed(0)
+    ctx = PositionContext(torch.arange(10), causal=True)
+    t5 = small_model("t5", causal=True).train()
+    for _ in range(2):
+        t5.blocks[0].attn(torch.randn(2, 10, 32), t5.scheme, ctx)[0].sum().backward()
+    assert not ctx.ready and ctx.attn_mask is None and not ctx.tables
+    nope, x = small_model("nope", causal=True), torch.randn(2, 10, 32)
+    torch.testing.assert_close(nope.blocks[0].attn(x, nope.scheme, ctx)[0],
+                               nope.blocks[0].attn(x, nope.scheme, PositionContext(torch.arange(10), True))[0])
+    with pytest.raises(ValueError, match="memory needs a context whose keys include it"):
+        nope.blocks[0].attn(x, nope.scheme, ctx, memory=torch.randn(2, 4, 32))
+
+
 def test_merge_mask_adds_the_causal_mask_to_a_bias_set_by_the_caller():
     scheme = posenc.SCHEMES["alibi"](d_model=32, n_heads=4, n_layers=1, max_len=64, causal=True)
     ctx = PositionContext(torch.arange(6), causal=True)

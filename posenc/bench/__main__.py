@@ -183,12 +183,20 @@ def check_writable(path: Path) -> str | None:
 
 
 def save(out: dict, path: Path) -> None:
-    """Write `out` as JSON atomically, keeping the sections of an earlier file not rerun (same machine line only)."""
+    """Write `out` as JSON atomically, keeping what an earlier file holds that was not rerun (same machine line
+    only): its other sections, and of a section made of tables (gpu) the tables not made again, so that a
+    window cut short does not replace a whole table with part of it."""
     from ..runs.store import atomic_write
     if path.exists():
         old = json.loads(path.read_text())
         if old.get("machine") == out["machine"]:
-            out["sections"] = {**old["sections"], **out["sections"]}
+            merged = dict(old["sections"])
+            for name, new in out["sections"].items():
+                before = merged[name] if isinstance(merged.get(name), dict) else {}
+                if isinstance(before.get("rows"), dict) and isinstance(new, dict) and isinstance(new.get("rows"), dict):
+                    new = {**new, "rows": {**before["rows"], **new["rows"]}}
+                merged[name] = new
+            out["sections"] = merged
     atomic_write(path, json.dumps(out, indent=1) + "\n")
     print(f"\nsaved {path}")
 

@@ -102,6 +102,28 @@ def _models(names, seq_len, sizes, device, backend=None):
     return out
 
 
+def _timed(steps: dict, device, rounds: int, forget: dict, left_out: dict) -> tuple[dict, dict]:
+    """Best time and peak memory of each step, timed in turns; if the models together then run out of memory
+    (each passed its trial alone, but all of them stay resident), each is timed on its own instead, and one that
+    still runs out is left out by name."""
+    try:
+        times = {n: min(t) for n, t in interleaved_times(steps, rounds=rounds, device=device).items()} if steps else {}
+        return times, {n: peak_bytes(s, device, forget[n]) for n, s in steps.items()}
+    except torch.OutOfMemoryError:
+        pass
+    times, peaks = {}, {}
+    for n, step in steps.items():
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        try:
+            times[n] = min(interleaved_times({n: step}, rounds=rounds, device=device)[n])
+            peaks[n] = peak_bytes(step, device, forget[n])
+        except torch.OutOfMemoryError:
+            times.pop(n, None)
+            left_out[n] = "out of memory"
+    return times, peaks
+
+
 def _ratios(models, seq_len, batch_size, device, dtype, rounds) -> Table:
     """Rows {scheme, seq, train_ms, train/nope, peak_MiB, peak/nope, left_out} for `models` (NoPE first). A model
     that fails its `trial` keeps a row of Nones with the reason in `left_out`, and is freed before the others run."""
@@ -116,11 +138,10 @@ def _ratios(models, seq_len, batch_size, device, dtype, rounds) -> Table:
         if left_out[n] is None:
             steps[n] = step
         else:
-            del models[n], step                               # its activations and optimizer state go with it
-            if torch.device(device).type == "cuda":
-                torch.cuda.empty_cache()
-    times = {n: min(t) for n, t in interleaved_times(steps, rounds=rounds, device=device).items()} if steps else {}
-    peaks = {n: peak_bytes(s, device, forget[n]) for n, s in steps.items()}
+            del models[n], step                                   # its optimizer state goes (the model with the table)
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+    times, peaks = _timed(steps, device, rounds, forget, left_out)
     base_time, base_peak = times.get(first), peaks.get(first)
 
     def ratio(value, base):
@@ -169,5 +190,5 @@ def bias_backend_costs(schemes=("alibi", "t5"), *, seq_lens=FLEX_SEQ_LENS, sizes
     for n in seq_lens:
         for r in _ratios(_models(names, n, sizes, device, backend), n, batch_size, device, dtype, rounds):
             kernel = "eager (the compile failed)" if _FLEX.fell_back else "compiled"   # what the flex rows timed
-            rows.append({**r, "flex kernel": kernel if r["scheme"].endswith(" flex") else None})
+            rows.append({**r, "flex kernel": kernel if r["scheme"].endswith(" flex") and not r["left_out"] else None})
     return rows

@@ -46,12 +46,16 @@ def alibi_bias(positions: Tensor, slopes: Tensor) -> Tensor:
     In a causal model only j <= i is ever used, where this equals m_h (j - i), the
     paper's form; the symmetric |j - i| extends it to bidirectional attention.
     """
-    if not isinstance(positions, Tensor) or positions.dim() != 1 or positions.dtype == torch.bool:
+    if not isinstance(positions, Tensor) or positions.dim() != 1:
         raise ValueError(f"positions must be a 1-D tensor [seq] of numbers; got "
                          f"{getattr(positions, 'shape', type(positions).__name__)}")
-    if not isinstance(slopes, Tensor) or slopes.dim() != 1 or not slopes.is_floating_point():
+    if positions.dtype in (torch.bool, torch.float16, torch.bfloat16) or positions.is_complex():
+        raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}")
+    if not isinstance(slopes, Tensor) or slopes.dim() != 1:
         raise ValueError(f"slopes must be a 1-D float tensor [heads] (e.g. alibi_slopes(heads)); got "
                          f"{getattr(slopes, 'shape', type(slopes).__name__)}")
+    if not slopes.is_floating_point():
+        raise TypeError(f"slopes must be a float tensor (e.g. alibi_slopes(heads)); got {slopes.dtype}")
     pos = positions if not positions.is_floating_point() else positions.to(torch.float64)
     dist = (pos[None, :] - pos[:, None]).abs().float()                             # (T, T): |j - i|, exact < 2^24
     return dist * -slopes.float()[:, None, None]                                   # (H, T, T)

@@ -441,6 +441,9 @@ class RoPE(Scheme):
                 raise type(err)(f"scaling={scaling!r}: {err}") from None
         self._cache.clear()
 
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
     @property
     def effective_base(self) -> float:
         return ntk_base(self.base, self.factor, self.rot_dim) if self.scaling == "ntk" else self.base
