@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..scheme import register
 from ..scheme import PositionContext, Scheme, cacheable
+from .rotary import _check_positions
 
 def alibi_slopes(num_heads: int) -> Tensor:
     """The head slopes m_h of ALiBi: a geometric sequence starting at 2^(-8/n) with ratio 2^(-8/n).
@@ -46,11 +47,7 @@ def alibi_bias(positions: Tensor, slopes: Tensor) -> Tensor:
     In a causal model only j <= i is ever used, where this equals m_h (j - i), the
     paper's form; the symmetric |j - i| extends it to bidirectional attention.
     """
-    if not isinstance(positions, Tensor) or positions.dim() != 1:
-        raise ValueError(f"positions must be a 1-D tensor [seq] of numbers; got "
-                         f"{getattr(positions, 'shape', type(positions).__name__)}")
-    if positions.dtype in (torch.bool, torch.float16, torch.bfloat16) or positions.is_complex():
-        raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}")
+    _check_positions(positions)                                    # 1-D, numbers, not rounded by half precision
     if not isinstance(slopes, Tensor) or slopes.dim() != 1:
         raise ValueError(f"slopes must be a 1-D float tensor [heads] (e.g. alibi_slopes(heads)); got "
                          f"{getattr(slopes, 'shape', type(slopes).__name__)}")

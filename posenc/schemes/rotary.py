@@ -347,7 +347,7 @@ def _check_positions(positions) -> Tensor:
         got = getattr(positions, "shape", type(positions).__name__)
         raise ValueError(f"positions must be a 1-D tensor [seq]; got {got}")
     if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions must be long or float; got {positions.dtype}")
+        raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}")
     if positions.dtype in (torch.float16, torch.bfloat16):          # bf16 holds the integers only up to 256
         raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}, which "
                         f"rounds positions (bfloat16 above 256, float16 above 2048): pass them before the cast")
