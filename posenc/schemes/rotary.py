@@ -11,8 +11,8 @@ i.e. in complex form q'_i = q_i e^{i m theta_i}, so that (RoFormer Eq. 16)
 
 depends on m - n only. Two pairings of the d coordinates are in use:
 
-    layout="interleaved": pairs (x_0, x_1), (x_2, x_3), ...          (RoFormer, GPT-J)
-    layout="half":        pairs (x_i, x_{i + d/2}), i < d/2           (GPT-NeoX, LLaMA)
+    layout="interleaved": pairs (x_0, x_1), (x_2, x_3), ...          (RoFormer, GPT-J, Meta's LLaMA)
+    layout="half":        pairs (x_i, x_{i + d/2}), i < d/2           (GPT-NeoX, transformers' LLaMA)
 
 They differ by a fixed permutation of the coordinates only. Angles and their cos/sin
 are computed in float64 (float32 where float64 is unavailable) and the rotation runs in
@@ -213,7 +213,8 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str 
     """Rotate x [..., seq, dim] by the angles positions[t] * theta_i (contract).
 
     positions: [seq], long or float (fractional positions are fine, e.g. for interpolation).
-    layout: "interleaved" (RoFormer) or "half" (GPT-NeoX/LLaMA). Returns x's dtype and shape.
+    layout: "interleaved" (RoFormer, Meta's LLaMA) or "half" (GPT-NeoX, transformers' LLaMA).
+    Returns x's dtype and shape.
     rotary_fraction: rotate only the first round(rotary_fraction * dim) dims (GPT-NeoX, Phi).
     p: p-RoPE, the fraction of frequency pairs (highest first) that rotate; the others do not.
     kernel: "eager" or "compiled" (the half layout fused by `torch.compile`; see `rotate`).
@@ -361,7 +362,7 @@ class RoPE(Scheme):
 
     Args (besides the `Scheme` ones):
         base: theta_i = base^(-2i/r), r the rotated dims (d_h by default).
-        layout: "interleaved" (RoFormer) or "half" (GPT-NeoX/LLaMA).
+        layout: "interleaved" (RoFormer, Meta's LLaMA) or "half" (GPT-NeoX, transformers' LLaMA).
         scaling: None, "pi" (position interpolation, m -> m / factor), "ntk" (NTK-aware,
             base -> base * factor^(r / (r - 2))), or a rope_type of `rope_inv_freq`
             ("default", "linear", "dynamic", "yarn", "llama3", "longrope"; see `set_scaling`).
