@@ -121,10 +121,12 @@ def _check_level(level) -> None:
 
 def central(draws, *, level: float = 0.95) -> tuple:
     """The percentile interval holding the middle `level` of `draws` (resampled statistics): the values
-    at ranks floor((1 - level)/2 * (n - 1)) and ceil((1 + level)/2 * (n - 1)) of the sorted draws."""
+    at ranks floor((1 - level)/2 * (n - 1)) and ceil((1 + level)/2 * (n - 1)) of the sorted draws.
+    A rank within 1e-9 of an integer is that integer: (1 - 0.9)/2 * 100 is 4.999... in floats, rank 5."""
     draws = sorted(draws)
     n = len(draws)
-    return draws[int(math.floor((1 - level) / 2 * (n - 1)))], draws[int(math.ceil((1 + level) / 2 * (n - 1)))]
+    low, high = (1 - level) / 2 * (n - 1), (1 + level) / 2 * (n - 1)
+    return draws[int(math.floor(low + 1e-9))], draws[int(math.ceil(high - 1e-9))]
 
 
 def bootstrap_coverage(n_seeds: int, *, trials: int = 1000, level: float = 0.95, seed: int = 0) -> float:

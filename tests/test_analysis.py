@@ -7,8 +7,8 @@ import pytest
 import posenc
 from hypothesis import given, settings, strategies as st
 
-from posenc.analysis import (Band, bootstrap_ci, column_mean, left_plateau_step, mean, plateau_table, smooth,
-                             per_seed, steps_to_reach, summarize, verdict, verdict_table)
+from posenc.analysis import (Band, bootstrap_ci, central, column_mean, left_plateau_step, mean, plateau_table,
+                             smooth, per_seed, steps_to_reach, summarize, verdict, verdict_table)
 from posenc.table import Table
 
 
@@ -74,6 +74,23 @@ def test_verdict_follows_one_rule():
         Band(None, None)
     with pytest.raises(ValueError):
         Band(2.0, 1.0)
+
+
+def test_the_rule_at_the_edges_of_its_band_and_its_interval():
+    """Each boundary of the rule, where an off-by-one would flip a verdict (values in quarters are exact)."""
+    inside = Band(0.1, 0.5)
+    assert not inside.contains(0.0, 0.3) and not inside.contains(0.3, 0.6) and inside.contains(0.1, 0.5)
+    assert verdict([0.0, 0.2, 0.4], inside)["verdict"] == "not resolved"        # overlaps the band, not inside it
+    same = Band(-0.25, 0.25)                                      # closed: an interval ending on -0.25 touches it
+    assert not same.opposite(-0.5, -0.25) and same.opposite(-0.5, -0.375)
+    assert verdict([-0.5, -0.25, -0.25], same)["verdict"] == "not resolved"
+    # the percentile interval's ranks: floor((1 - level)/2 (n - 1)) and ceil((1 + level)/2 (n - 1))
+    assert central(list(range(10)), level=0.5) == (2, 7)
+    assert central(list(range(101)), level=0.9) == (5, 95)
+    # `level` reaches the interval the verdict reports
+    v = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    assert verdict(v, Band(None, 1.0, null=1.0), level=0.5)["interval"] == list(bootstrap_ci(v, level=0.5))
+    assert verdict(v, Band(None, 1.0, null=1.0), level=0.5)["interval"] != verdict(v, Band(None, 1.0, null=1.0))["interval"]
 
 
 def test_means_refuse_a_nan_a_missing_or_a_misspelt_metric_and_name_it():

@@ -24,6 +24,9 @@ CASES = [
                       original_max_position_embeddings=1024), dict(seq_len=500)),
     ("longrope", dict(short_factor=[1.0 + i / 32 for i in range(32)], long_factor=[1.0 + i / 8 for i in range(32)],
                       original_max_position_embeddings=1024), dict(seq_len=3000)),
+    # at seq_len = L exactly LongRoPE still uses its short factors: the switch is strictly past L
+    ("longrope", dict(short_factor=[1.0 + i / 32 for i in range(32)], long_factor=[1.0 + i / 8 for i in range(32)],
+                      original_max_position_embeddings=1024), dict(seq_len=1024)),
 ]
 
 
@@ -41,6 +44,18 @@ def test_every_scaling_equals_transformers(rope_type, params, call, base):
     ours, ours_factor = rope_inv_freq(HEAD, base, rope_type=rope_type, max_position_embeddings=max_pos, **call,
                                       **params)
     theirs, their_factor = reference(rope_type, params, max_pos, base, call.get("seq_len"))
+    torch.testing.assert_close(ours, theirs.float(), rtol=1e-6, atol=0)
+    assert ours_factor == pytest.approx(their_factor, rel=1e-9)
+
+
+def test_yarn_clamps_its_ramp_at_the_last_pair_as_transformers_does():
+    """With a small base the slow edge of YaRN's ramp lies past the last pair: at base 100 and
+    L = 4096 its pair index d ln(L / 2 pi) / (2 ln base) is about 45 > d/2 - 1 = 31, so the clamp
+    (at d - 1, transformers' `find_correction_range`) sets the ramp's slope."""
+    params = dict(factor=4.0, original_max_position_embeddings=4096)
+    assert HEAD * math.log(4096 / (2 * math.pi)) / (2 * math.log(100.0)) > HEAD // 2 - 1
+    ours, ours_factor = rope_inv_freq(HEAD, 100.0, rope_type="yarn", max_position_embeddings=16384, **params)
+    theirs, their_factor = reference("yarn", params, 16384, 100.0, None)
     torch.testing.assert_close(ours, theirs.float(), rtol=1e-6, atol=0)
     assert ours_factor == pytest.approx(their_factor, rel=1e-9)
 
