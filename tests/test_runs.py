@@ -782,6 +782,62 @@ def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task,
                                                                        abs=1e-3), what
 
 
+def _kept(profile):
+    """(spec, record) of every stored run of `profile` that kept its weights and whose recipe can rebuild
+    its model (`recipes.SPLIT`): its evaluation can be run again from the weights alone. The committed
+    records (results/), the ci tier's included, which the tests otherwise recompute in a store of their own."""
+    from posenc.runs.__main__ import declared
+    from posenc.runs.recipes import SPLIT
+    store = Store(profile, ROOT / "results")
+    return [(s, r) for s in declared(profile) if s.keep_weights and s.recipe in SPLIT and (r := store.get(s))]
+
+
+def _evaluated_again(spec, record):
+    """The recipe's evaluation (its `finish`) of the record's stored weights: the table it would store."""
+    from posenc.runs.recipes import SPLIT
+    from posenc.runs.train import TrainResult
+    t = SPLIT[spec.recipe](spec, "cpu")
+    t.model.load_state_dict(record.state_dict())
+    return t.finish(TrainResult(history=record.history, final_loss=record["final_loss"]))["table"]
+
+
+def _same_table(got, want, rel, abs_):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert set(g) == set(w)
+        for k, v in w.items():
+            assert g[k] == (pytest.approx(v, rel=rel, abs=abs_) if isinstance(v, float) else v), k
+
+
+@pytest.mark.parametrize("profile", ["ci", "paper"])
+def test_stored_weights_evaluate_to_their_records(profile):
+    """Training is compared with the records only where this machine rounds as theirs did (the test above);
+    evaluation needs no such luck. Every CPU record that kept its weights is evaluated again from them by
+    the current code, and gives its stored table: lengths, bits per character, perplexity, accuracy, the
+    held-out masked-LM and [CLS] numbers (to 1e-4 relative, or 2e-3 absolute: one answer in 500 may flip
+    on a CPU that rounds otherwise). A change to what a metric means, which positions are scored, which
+    text is held out, or which length a row reports, moves them far more."""
+    kept = _kept(profile)
+    assert len(kept) >= (20 if profile == "ci" else 10), f"the {profile} store keeps weights for its runs"
+    for spec, record in kept:
+        _same_table(_evaluated_again(spec, record), record["table"], rel=1e-4, abs_=2e-3)
+
+
+def test_gpu_records_evaluate_on_the_cpu_to_their_records():
+    """The `full` tier is trained and evaluated on a GPU (bf16 autocast). Its weights, evaluated again on
+    the CPU in float32, give its tables within the two devices' rounding: a few answers in a hundred, or a
+    few parts in ten thousand of a loss. One record of each recipe and task, the cheapest, is checked."""
+    cheapest = {}
+    for spec, record in _kept("full"):
+        key = (spec.recipe, spec.task)
+        if key not in cheapest or record["seconds"] < cheapest[key][1]["seconds"]:
+            cheapest[key] = (spec, record)
+    assert len(cheapest) >= 3, "the full store keeps weights for runs of several tasks"
+    for spec, record in cheapest.values():
+        assert "cuda" in record["machine"].lower() or "nvidia" in record["machine"].lower(), record["machine"]
+        _same_table(_evaluated_again(spec, record), record["table"], rel=2e-3, abs_=2e-2)
+
+
 def test_the_runner_can_be_limited_to_some_tasks(tmp_path):
     """`--tasks` keeps only the runs of the named tasks (a task, or a synthetic task's name), so one half of a
     tier can be made again on its own; an unknown task is refused by name."""
