@@ -1,0 +1,164 @@
+"""How claims, tables and run records are written, kept apart and read back: a claim of one profile never
+replaces another's, intervals are written low then high, a record is the run its key names (weights
+included), and the runner's `load_only`, dry run and `auto` profile say what is really stored.
+
+Found untested by a mutation audit (2026-12-05): each test fails on a realistic bug that every other
+test let through.
+"""
+import json
+import sys
+
+import pytest
+
+import posenc
+from posenc import Table
+from posenc.analysis import Band
+from posenc.runs import Store, ensure
+
+from test_runs import tiny
+
+
+def fake_record():
+    return {"table": [{"length": 6, "accuracy": 0.5}], "history": [], "machine": "cpu: x", "seconds": 1.0}
+
+
+# the claims file must be keyed by its profile: a ci claim never overwrites the paper one
+def test_claims_of_two_profiles_live_apart(tmp_path):
+    posenc.save_claim("01_x", "paper", "c", "paper numbers", True, results_dir=tmp_path)
+    posenc.save_claim("01_x", "ci", "c", "ci numbers", False, results_dir=tmp_path)
+    assert (tmp_path / "paper" / "claims" / "01_x.json").exists()
+    assert [r["measured"] for r in posenc.load_claims("paper", results_dir=tmp_path)] == ["paper numbers"]
+    assert [r["measured"] for r in posenc.load_claims("ci", results_dir=tmp_path)] == ["ci numbers"]
+    assert posenc.chapter_claims("01_x", "paper", results_dir=tmp_path)[0]["verdict"] == "reproduced"
+
+
+# the measured text writes the interval low bound first, as stored
+def test_measured_writes_the_interval_low_then_high(tmp_path):
+    out = posenc.record_claim("99_t", "ci", "c", [0.10, 0.11, 0.14], Band(0.05, None), effect="gain",
+                              results_dir=tmp_path)
+    lo, hi = out["interval"]
+    assert lo < hi
+    assert out["measured"] == f"gain: +0.117 [{lo:+.3f}, {hi:+.3f}] over 3 seeds; band {out['band']}"
+
+
+# chapter_claims shows the claims in the order the chapter recorded them, with their verdicts
+def test_chapter_claims_keep_the_recorded_order(tmp_path):
+    posenc.save_claim("02_y", "ci", "zeta holds", "m1", True, results_dir=tmp_path)
+    posenc.save_claim("02_y", "ci", "alpha holds", "m2", "contradicted", results_dir=tmp_path)
+    t = posenc.chapter_claims("02_y", "ci", results_dir=tmp_path)
+    assert list(t) == [{"verdict": "reproduced", "claim": "zeta holds", "measured": "m1"},
+                       {"verdict": "contradicted", "claim": "alpha holds", "measured": "m2"}]
+    assert posenc.chapter_claims("none", "ci", results_dir=tmp_path) == []
+
+
+# verdict_table prints the interval low to high, and the mean to 4 places
+def test_verdict_table_writes_low_then_high():
+    from posenc.analysis import verdict, verdict_table
+    out = verdict([0.101, 0.1123, 0.1341], Band(0.05, None))
+    row = verdict_table({"c": out})[0]
+    lo, hi = out["interval"]
+    assert row["95% interval"] == f"[{lo:.4f}, {hi:.4f}]" and lo < hi
+    assert row["mean effect"] == round(out["mean"], 4) == 0.1158
+
+
+# a zero prints as 0 (not blank), floats to 4 significant digits, columns right-aligned
+def test_table_prints_zero_precision_and_alignment():
+    text = str(Table([{"a": 0.0, "n": 0, "f": 3.14159}, {"a": 100.0, "n": 12, "f": 1.0}]))
+    lines = text.splitlines()
+    assert lines[2].split() == ["0", "0", "3.142"]
+    assert lines[2].startswith("  0")            # right-aligned under "a" (width 3: "100")
+    assert "<td>0</td>" in Table([{"a": 0}])._repr_html_()
+
+
+# length_means' columns go in increasing factor
+def test_length_means_columns_in_increasing_factor():
+    from posenc.analysis import length_means
+    rows = Table({"scheme": "s", "x_train": x, "acc": 1.0} for x in (8.0, 0.5, 16.0, 1.0, 2.0, 0.25))
+    assert list(length_means(rows, "acc")[0]) == ["scheme", "0.25x", "0.5x", "1x", "2x", "8x", "16x"]
+
+
+# findings' seeds column counts seeds, not rows
+def test_findings_counts_seeds():
+    from posenc.analysis import findings
+    rows = Table()
+    for s, base in (("a", 3.0), ("nope", 3.5)):
+        for seed in range(3):
+            for x in (1.0, 2.0, 8.0):
+                rows.append({"scheme": s, "task": "lm", "seed": seed, "x_train": x, "bpc": base + 0.01 * seed})
+    table = findings(rows, mrr={"a": 1.0, "nope": 0.5})
+    assert [r["seeds"] for r in table] == [3, 3]
+
+
+# a record whose spec does not hash to its key is corrupt, even when its "key" field was copied
+def test_a_record_with_a_copied_key_but_another_spec_is_refused(tmp_path):
+    store = Store("ci", tmp_path)
+    a, b = tiny(0), tiny(1)
+    store.put(b, fake_record())
+    data = json.loads(store.path(b).read_text())
+    data["key"] = a.key
+    store.path(a).write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match="does not hash"):
+        assert store.get(a) is None
+
+
+# a record that keeps weights is missing when its weights file is gone
+def test_a_record_without_its_weights_file_is_missing(tmp_path):
+    store = Store("ci", tmp_path)
+    spec = tiny().replace(keep_weights=True)
+    store.put(spec, fake_record(), state_dict={})
+    assert store.get(spec) is not None
+    store.weights_path(spec).unlink()
+    with pytest.warns(UserWarning, match="weights file is missing"):
+        assert store.get(spec) is None
+
+
+# load_only refuses when some (not all) runs are missing, and trains nothing
+def test_load_only_refuses_a_partly_stored_set(tmp_path, monkeypatch):
+    store = Store("ci", tmp_path)
+    store.put(tiny(0), fake_record())
+    ran = []
+    monkeypatch.setattr(sys.modules["posenc.runs.execute"], "get_recipe",
+                        lambda name: lambda s, dev: ran.append(s) or 1 / 0)
+    with pytest.raises(LookupError, match="1 of 2 runs"):
+        ensure([tiny(0), tiny(1)], store=store, load_only=True, progress=False)
+    assert ran == []
+
+
+# the dry run's per-chapter minutes are the sum over that chapter's missing runs
+def test_dry_run_sums_each_chapters_cost(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("POSENC_CI_STORE", str(tmp_path))
+    from posenc.runs.__main__ import collect, main
+    from posenc.runs.costs import estimate_seconds
+    todo = collect(["02_sinusoidal"], "ci")
+    assert len(todo) > 1
+    assert main(["--profile", "ci", "--chapters", "02_sinusoidal", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    cpu = sum(estimate_seconds(s, "cpu") for _, s in todo) / 60
+    assert f"~{cpu:7.1f} min" in out
+    assert f"{len(todo):>4} runs" in out
+
+
+# profile="auto" on a CPU shows the full tier when both full and paper are stored in full
+def test_auto_prefers_a_complete_full_tier_over_paper(monkeypatch):
+    ens = sys.modules["posenc.runs.ensure"]
+    from posenc.runs.ensure import Runs
+    monkeypatch.setattr(ens.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(ens, "so_far", lambda name, p: Runs(name, p, [], []))
+    assert ens.chapter("02_sinusoidal", "auto").profile == "full"
+
+
+# load_claims reads the chapters in name order, whatever order the files were written in
+def test_load_claims_orders_by_chapter(tmp_path):
+    names = ["05_e", "01_a", "09_i", "03_c", "07_g", "02_b", "08_h", "04_d", "06_f"]
+    for n in names:
+        posenc.save_claim(n, "ci", f"claim of {n}", "m", None, results_dir=tmp_path)
+    assert [r["chapter"] for r in posenc.load_claims("ci", results_dir=tmp_path)] == sorted(names)
+
+
+# stored() is None unless every record is there
+def test_stored_needs_every_record(tmp_path, monkeypatch):
+    from posenc.runs import stored
+    monkeypatch.setenv("POSENC_CI_STORE", str(tmp_path))
+    Store("ci").put(tiny(0), fake_record())
+    assert stored([tiny(0), tiny(1)], "ci") is None
+    assert [r["key"] for r in stored([tiny(0)], "ci")] == [tiny(0).key]
