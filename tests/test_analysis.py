@@ -420,6 +420,9 @@ def test_length_table_gives_each_length_with_its_interval_and_the_far_to_near_ra
     assert table[1]["8x"] == with_interval([6.0, 6.4]) and table[1]["8x / 1x"] == 2.0 and table[0]["8x / 1x"] == 1.0
     with pytest.raises(ValueError, match="scheme='a' at factors \\[4\\]"):
         length_table(rows, factors=(1, 4, 8))
+    # sorted at the first factor, not the last: c is best at L and worst at 8L
+    rows += Table({"scheme": "c", "seed": k, "x_train": f, "bpc": v} for k in (0, 1) for f, v in ((1.0, 1.5), (8.0, 9.0)))
+    assert length_table(rows, factors=(1, 8)).column("scheme") == ["c", "b", "a"]
 
 
 def test_length_means_averages_every_row_of_a_group_at_each_factor_in_order_of_first_appearance():
