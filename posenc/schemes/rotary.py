@@ -440,9 +440,10 @@ class RoPE(Scheme):
             except (ValueError, TypeError) as err:        # a refused scaling leaves the scheme as it was
                 self.scaling, self.factor, self.scaling_params = previous
                 raise type(err)(f"scaling={scaling!r}: {err}") from None
-        self._cache.clear()
+        self.clear_cache()
 
     def clear_cache(self) -> None:
+        """Forget the cos/sin tables kept between forward passes (`Scheme.clear_cache`)."""
         self._cache.clear()
 
     @property
