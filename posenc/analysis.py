@@ -505,14 +505,14 @@ def findings_summary(table: Table) -> str:
             f"({num(best[0], 'bpc at L'):.3f} and {num(best[1], 'bpc at L'):.3f} bits per character). "
             f"From L to 8L, {', '.join(flat) or 'no scheme'} {'ends' if len(flat) < 2 else 'end'} at most 1% above "
             f"{'its' if len(flat) < 2 else 'their'} loss at L, while "
-            f"{worst['scheme']} degrades most ({num(worst, '8L / L'):.2f}x). "
-            f"On length generalisation (mean reciprocal rank over the tasks some scheme learned"
-            f"{'' if len(by_mrr) == len(rows) else f', the {len(by_mrr)} schemes ranked'}) "
-            f"{by_mrr[0]['scheme']} ranks first")
-    span = lambda r: (f" (place{'s' if ' to ' in r['MRR places'] else ''} {r['MRR places']} under seed noise)"
-                      if r.get("MRR places") else "")
-    text += span(by_mrr[0])
-    text += f" and NoPE {nope_rank} of {len(by_mrr)}{span(by_mrr[nope_rank - 1])}." if nope_rank else "."
+            f"{worst['scheme']} degrades most ({num(worst, '8L / L'):.2f}x).")
+    if by_mrr:                                                    # a synthetic suite ranked some schemes
+        span = lambda r: (f" (place{'s' if ' to ' in r['MRR places'] else ''} {r['MRR places']} under seed noise)"
+                          if r.get("MRR places") else "")
+        text += (f" On length generalisation (mean reciprocal rank over the tasks some scheme learned"
+                 f"{'' if len(by_mrr) == len(rows) else f', the {len(by_mrr)} schemes ranked'}) "
+                 f"{by_mrr[0]['scheme']} ranks first{span(by_mrr[0])}")
+        text += f" and NoPE {nope_rank} of {len(by_mrr)}{span(by_mrr[nope_rank - 1])}." if nope_rank else "."
     if all("step / NoPE" in r for r in rows):
         cheap = sorted((r for r in rows if r["scheme"] != "nope"), key=lambda r: r["step / NoPE"])
         text += (f" A training step costs from {cheap[0]['step / NoPE']:.2f}x NoPE's ({cheap[0]['scheme']}) to "

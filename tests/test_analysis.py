@@ -236,6 +236,15 @@ def test_findings_table_and_summary_follow_the_rows():
     assert "b ranks first (places 1 to 2 under seed noise) and NoPE 2 of 2 (places 1 to 2" in findings_summary(with_places)
 
 
+def test_findings_summary_counts_a_scheme_exactly_1_percent_above_its_loss_at_l_as_flat():
+    from posenc.analysis import findings_summary
+    row = lambda s, bpc, ratio: {"scheme": s, "bpc at L": f"{bpc} [0, 9]", "8L / L": f"{ratio} [0, 9]", "MRR": ""}
+    table = Table([row("a", 2.0, 1.01), row("b", 2.1, 1.0101), row("c", 2.2, 1.5)])
+    text = findings_summary(table)                                # and no suite ranked any scheme
+    assert "From L to 8L, a ends at most 1% above its loss at L, while c degrades most (1.50x)." in text
+    assert "rank" not in text
+
+
 def _suite(spread):
     """Three schemes on two tasks, five seeds: `a` best everywhere by 0.2, `b` and `c` level on average,
     each seed's score shifted by `spread` * (seed - 2), with b and c shifted in opposite directions."""
@@ -398,6 +407,9 @@ def test_a_tables_html_sets_a_values_interval_apart_and_escapes_the_rest():
     assert '<td>a_long_identifier_without_any_space_in_it_at_all_xx</td>' in \
         Table([{"name": "a_long_identifier_without_any_space_in_it_at_all_xx"}])._repr_html_()   # no space: one line
     assert str(Table([{"bpc": "3.208 [3.198, 3.215]"}])).splitlines()[-1].strip() == "3.208 [3.198, 3.215]"
+    at, over = "x" * 39 + " ", "x" * 40 + " "                         # 40 characters stay on one line, 41 wrap
+    assert f"<td>{at}</td>" in Table([{"c": at}])._repr_html_()
+    assert f'<td class="posenc-text">{over}</td>' in Table([{"c": over}])._repr_html_()
 
 
 def test_with_interval_writes_the_mean_and_its_bootstrap_interval():
