@@ -5,7 +5,8 @@
 
 The address lives in one place, `_config.yml`; the Jupyter Book launch and repository buttons
 read it there, and this script copies it into each chapter's Colab badge, each install cell
-and the README's Colab link. The badge image is shipped with the book (book/images/).
+(the `git clone` of the repository, whose `results/` holds the runs the chapters read) and the
+README's Colab link. The badge image is shipped with the book (book/images/).
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def badge(slug: str, branch: str, notebook: str) -> str:
 
 
 BADGE_RE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/github/[^)]*\)")
-INSTALL_RE = re.compile(r'"git\+https://github\.com/[^"]*"')
+#: The install cell's clone: `"--branch", "<branch>",` then, on the same or the next line, `"<repository url>"`.
+INSTALL_RE = re.compile(r'"--branch", "[^"]*",(\s*)"https://github\.com/[^"]*"')
 README_RE = re.compile(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/[\w.-]+/")
 
 
@@ -47,9 +49,12 @@ def fix(check: bool) -> list[str]:
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         changed = False
+        installs = sum(bool(INSTALL_RE.search(c.source)) for c in nb.cells if c.cell_type == "code")
+        if installs != 1:
+            raise SystemExit(f"{path.name}: {installs} install cells that clone the repository; every notebook has one")
         for cell in nb.cells:
             new = BADGE_RE.sub(badge(slug, branch, path.name), cell.source) if cell.cell_type == "markdown" else \
-                INSTALL_RE.sub(f'"git+{url}@{branch}"', cell.source)
+                INSTALL_RE.sub(lambda m: f'"--branch", "{branch}",{m[1]}"{url}"', cell.source)
             if new != cell.source:
                 cell.source, changed = new, True
         if changed:

@@ -147,6 +147,32 @@ def test_auto_prefers_a_complete_full_tier_over_paper(monkeypatch):
     assert ens.chapter("02_sinusoidal", "auto").profile == "full"
 
 
+# profile="auto" with load_only on a CUDA machine reads the stored tiers as on a CPU: it trains nothing, and a
+# `full` tier still missing runs would raise LookupError (chapter 15 and the findings page on a GPU, on Colab)
+def test_auto_load_only_on_cuda_shows_the_largest_complete_stored_tier(monkeypatch):
+    ens = sys.modules["posenc.runs.ensure"]
+    from posenc.runs.ensure import Runs
+    monkeypatch.setattr(ens.torch.cuda, "is_available", lambda: True)
+    complete = {"paper"}                                           # full has runs missing; paper is whole
+    monkeypatch.setattr(ens, "so_far", lambda name, p: Runs(name, p, [], [], missing=[] if p in complete else [{}]))
+    assert ens.chapter("02_sinusoidal", "auto", load_only=True).profile == "paper"
+    asked = []
+    monkeypatch.setattr(ens, "ensure", lambda specs, profile, **kw: asked.append(profile) or [])
+    assert ens.chapter("02_sinusoidal", "auto").profile == "full" and asked == ["full"]   # a chapter that trains
+
+
+# a chapter without a `full` tier (chapter 10: its claims are decided at paper) shows its stored tiers on a GPU too,
+# and asking for a tier a chapter does not declare names the tiers it has
+def test_auto_on_cuda_keeps_to_the_stored_tiers_of_a_chapter_without_full_runs(monkeypatch):
+    ens = sys.modules["posenc.runs.ensure"]
+    from posenc.runs.ensure import Runs
+    monkeypatch.setattr(ens.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ens, "so_far", lambda name, p: Runs(name, p, [], []) if p == "paper" else None)
+    assert ens.chapter("10_complex_order", "auto").profile == "paper"
+    with pytest.raises(ValueError, match="chapter '10_complex_order' declares no 'full' runs; its tiers: ci, paper"):
+        ens.chapter("10_complex_order", "full")
+
+
 # load_claims reads the chapters in name order, whatever order the files were written in
 def test_load_claims_orders_by_chapter(tmp_path):
     names = ["05_e", "01_a", "09_i", "03_c", "07_g", "02_b", "08_h", "04_d", "06_f"]

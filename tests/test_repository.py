@@ -17,3 +17,52 @@ def test_the_colab_badge_image_is_shipped_with_the_book():
     first = (ROOT / "notebooks" / "02_sinusoidal.ipynb").read_text()
     assert "../book/images/colab-badge.svg" in first and "colab-badge.svg)" in first
     assert "colab.research.google.com/assets" not in first          # no hot-linked image
+
+
+# What a Colab kernel does with the install cell, without the network: `git clone` is replaced by a copy of the
+# package beside the committed store, `pip` by nothing. The kernel must then import posenc from the clone, find
+# the clone's results/ as its store, and read a chapter that trains nothing (chapter 15) from the committed runs.
+COLAB = r'''
+import importlib.util, json, os, shutil, subprocess, sys
+root, cell = sys.argv[1], open(sys.argv[2]).read()
+calls, real_find, real_run = [], importlib.util.find_spec, subprocess.run
+
+def run(cmd, check=False, **kw):
+    calls.append(cmd)
+    if cmd[:2] == ["git", "clone"]:
+        shutil.copytree(os.path.join(root, "posenc"), os.path.join(cmd[-1], "posenc"))
+        os.symlink(os.path.join(root, "results"), os.path.join(cmd[-1], "results"))
+    return subprocess.CompletedProcess(cmd, 0)
+
+importlib.util.find_spec = lambda name, *a: None if name == "posenc" else real_find(name, *a)
+subprocess.run = run
+exec(cell.split("\n\n")[0])                     # the install lines, before the chapter's own imports
+importlib.util.find_spec, subprocess.run = real_find, real_run
+import posenc, posenc.runs
+from posenc.runs.store import results_root
+runs = posenc.runs.chapter("15_comparison", "auto", load_only=True)
+print(json.dumps({"calls": calls, "file": posenc.__file__, "results": str(results_root()), "profile": runs.profile,
+                  "records": len(runs)}))
+'''
+
+
+def test_the_install_cell_clones_the_repository_and_the_chapter_reads_its_committed_runs(tmp_path):
+    import json
+    import yaml
+    nb = json.loads((ROOT / "notebooks" / "15_comparison.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in nb["cells"] if "find_spec(\"posenc\")" in "".join(c["source"]))
+    (tmp_path / "cell.py").write_text(cell)
+    (tmp_path / "colab.py").write_text(COLAB)
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH", "POSENC_CI_STORE")}
+    out = subprocess.run([sys.executable, str(tmp_path / "colab.py"), str(ROOT), str(tmp_path / "cell.py")],
+                         cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    clone = tmp_path / "posenc-book"
+    assert seen["calls"] == [["git", "clone", "-q", "--depth", "1", "--branch", config.get("branch", "main"),
+                              config["url"].rstrip("/"), "posenc-book"],
+                             [sys.executable, "-m", "pip", "install", "-q", "-e", "posenc-book"]]
+    assert seen["file"] == str(clone / "posenc" / "__init__.py")          # the clone's package, not this checkout's
+    assert seen["results"] == str(clone / "results")                       # and the clone's committed store
+    assert seen["profile"] in ("ci", "paper", "full") and seen["records"] > 0

@@ -910,3 +910,14 @@ def test_an_eval_setting_the_task_does_not_take_fails_before_training(tmp_path, 
             if s.task not in tasks:
                 tasks[s.task] = posenc.tasks.make_task(s.task, **s.task_kwargs)
             check_eval_settings(s, tasks[s.task])
+
+
+@pytest.mark.parametrize("cores, gpus, expected", [(16, 1, 10), (2, 1, 2), (32, 2, 20), (8, 2, 8)])
+def test_default_workers_on_a_gpu_are_ten_per_gpu_but_never_more_than_cores(monkeypatch, cores, gpus, expected):
+    import posenc.runs.execute
+    execute = sys.modules["posenc.runs.execute"]                   # (posenc.runs.execute is also a function's name)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(execute.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(execute.torch.cuda, "device_count", lambda: gpus)
+    assert execute.default_workers("auto") == expected             # a Colab runtime: two cores, one T4 -> 2
+    assert execute.default_workers("cpu") == cores

@@ -210,15 +210,18 @@ def chapter(name: str, profile: str = "auto", *, workers: int | None = None, pro
             load_only: bool = False) -> Runs:
     """A chapter's runs: the largest profile stored in full (full, then paper), else `ci`, run as needed.
 
-    profile="auto" on a CUDA machine runs `full`; an explicit profile runs that one.
+    profile="auto" on a CUDA machine runs `full` where the chapter declares a `full` tier (chapter 10
+    decides its claims at `paper` and has none); an explicit profile runs that one.
     load_only=True reads the committed store (never the test run's) and runs nothing: for
-    sweeps too large to recompute under the tests.
+    sweeps too large to recompute under the tests. With profile="auto" it shows the largest
+    tier stored in full on any machine: a chapter that trains nothing has no use for the GPU,
+    and on one it would otherwise ask for a `full` tier that a GPU window has not finished.
     """
     from .plans import plan
     if profile not in ("auto",) + PROFILES:
         raise ValueError(f"profile must be 'auto' or one of {PROFILES}; got {profile!r}")
     if profile == "auto":
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and not load_only and plan(name, "full"):
             profile = "full"
         else:
             for p in ("full", "paper"):
@@ -226,6 +229,9 @@ def chapter(name: str, profile: str = "auto", *, workers: int | None = None, pro
                     return runs
             profile = "ci"
     labelled = plan(name, profile)
+    if not labelled:
+        tiers = [p for p in PROFILES if plan(name, p)]
+        raise ValueError(f"chapter {name!r} declares no {profile!r} runs; its tiers: {', '.join(tiers) or 'none'}")
     store = Store(profile, results_root()) if load_only else None
     records = ensure([s for _, s in labelled], profile, store=store, load_only=load_only, workers=workers,
                      progress=progress)

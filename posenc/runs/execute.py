@@ -187,10 +187,13 @@ def _worker(jobs, done, profile: str, root: str, device: str, end: float | None 
 
 def default_workers(device: str = "auto") -> int:
     """One worker per core on the CPU (each runs one thread); 10 per GPU (small models leave it idle; an
-    H200 machine has 16 cores, one per worker)."""
+    H200 machine has 16 cores, one per worker), but never more workers than cores: each drives its GPU
+    from a core of its own, and a Colab runtime (two cores, one T4) would otherwise start ten processes,
+    each with its own CUDA context, on two cores."""
+    cores = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     if device != "cpu" and torch.cuda.is_available():
-        return 10 * torch.cuda.device_count()
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        return min(10 * torch.cuda.device_count(), cores)
+    return cores
 
 
 def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", deadline: float | None = None,
