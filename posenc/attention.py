@@ -42,11 +42,25 @@ def check_sizes(**sizes) -> None:
 
 
 def check_dropout(dropout) -> None:
+    """ValueError naming `dropout` unless it is a number in [0, 1)."""
     if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be a number in [0, 1); got {dropout!r}")
 
 
 class Attention(nn.Module):
+    """One multi-head attention layer, the `layer`-th of a model, with every position hook of the module docstring.
+
+    q, k, v = x W_qkv (one [d_model, 3 d_model] projection, no bias), split into `n_heads` heads of
+    d_h = d_model / n_heads; the output is concat_h(o^h) W_out. The scheme and its `PositionContext`
+    come with each call (`forward`), so one layer serves any scheme:
+
+        attn = Attention(512, 8, layer=0)
+        y, _ = attn(x, scheme, PositionContext(torch.arange(T), causal=True))    # x [B, T, 512]
+
+    `layer` picks the scheme's per-layer parameters (FLOATER's and DeBERTa's inputs, KERPLE's and FIRE's
+    biases, CoPE's tables); `dropout` is applied to the attention weights while training.
+    """
+
     def __init__(self, d_model: int, n_heads: int, layer: int, dropout: float = 0.0):
         super().__init__()
         check_sizes(d_model=d_model, n_heads=n_heads)

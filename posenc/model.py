@@ -81,6 +81,9 @@ def run_blocks(blocks, scheme: Scheme, x: Tensor, ctx: PositionContext, need_wei
 
 
 class Block(nn.Module):
+    """One pre-LN Transformer block: x + Attn(LN(x)), then h + MLP(LN(h)), the MLP d_model -> d_ff -> d_model
+    with GELU (GPT-2's layout); returns the new states and the attention weights when asked for them."""
+
     def __init__(self, d_model: int, n_heads: int, d_ff: int, layer: int, dropout: float):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)

@@ -10,6 +10,7 @@ from .train import TrainConfig, amp_dtype, pick_device, train
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's (first) parameters: where its evaluation batches go."""
     return next(model.parameters()).device
 
 
@@ -90,6 +91,8 @@ def pretraining_model(scheme: str, task: MaskedLMWithCLS, cfg: TrainConfig, **mo
 
 
 def pretraining_row(model, result, scheme: str, task: MaskedLMWithCLS, cfg: TrainConfig, label: dict | None) -> dict:
+    """A pre-training run's result: the task's held-out metrics (masked-LM loss, [CLS] accuracy) with the run's
+    label and final training loss as its table row, and the model and history to keep."""
     metrics = task.evaluate(model, seed=cfg.seed, device=pick_device(cfg.device))
     row = {**(label or {"scheme": scheme, "seed": cfg.seed}), **metrics, "final_loss": result.final_loss}
     return {"model": model, "history": result.history, "row": row}

@@ -57,6 +57,7 @@ def split_recipe(name: str):
 
 
 def train_config(spec, device: str) -> TrainConfig:
+    """The `TrainConfig` of a spec: its training settings and seed, on `device`, without a progress bar."""
     return TrainConfig(**spec.train, seed=spec.seed, device=device, progress=False)
 
 
@@ -150,6 +151,8 @@ def masked_pretraining(spec, device: str = "cpu") -> Training:
 
 
 def get_recipe(name: str) -> Callable:
+    """The recipe registered as `name`, a function (spec, device) that builds and trains the spec's model;
+    ValueError naming the known recipes otherwise."""
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(sorted(RECIPES))}")
     return RECIPES[name]

@@ -50,5 +50,6 @@ def plan(name: str, profile: str) -> list:
 
 
 def names() -> list[str]:
+    """Every declared plan's name, sorted: the chapters' file stems and the runner's extra sweeps."""
     _load()
     return sorted(PLANS)
