@@ -6,7 +6,7 @@
 The address lives in one place, `_config.yml`; the Jupyter Book launch and repository buttons
 read it there, and this script copies it into each chapter's Colab badge, each install cell
 (the `git clone` of the repository, whose `results/` holds the runs the chapters read) and the
-README's Colab link. The badge image is shipped with the book (book/images/).
+README's Colab link and `pip install` line. The badge image is shipped with the book (book/images/).
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ BADGE_RE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research
 #: The install cell's clone: `"--branch", "<branch>",` then, on the same or the next line, `"<repository url>"`.
 INSTALL_RE = re.compile(r'"--branch", "[^"]*",(\s*)"https://github\.com/[^"]*"')
 README_RE = re.compile(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/[\w.-]+/")
+README_PIP_RE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w.-]+")     # the package alone, by pip
 
 
 def fix(check: bool) -> list[str]:
@@ -64,6 +65,7 @@ def fix(check: bool) -> list[str]:
     readme = ROOT / "README.md"
     text = readme.read_text()
     new = README_RE.sub(f"https://colab.research.google.com/github/{slug}/blob/{branch}/", text)
+    new = README_PIP_RE.sub(f"git+{url}@{branch}", new)
     if new != text:
         wrong.append("README.md")
         if not check:
