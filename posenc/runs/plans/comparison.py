@@ -37,6 +37,8 @@ VARIANTS = {
 
 
 def cell(scheme: str, task: str, seed: int, size: dict):
+    """The sweep's spec for one (scheme, task, seed) at a tier's `size`: the character LM trained at `L_lm`, or a
+    synthetic task at `L_syn`, scored at 1x to 8x and 1x to 4x its training length respectively."""
     common = dict(steps=size["steps"], batch_size=size["batch_size"], d_model=size["d_model"],
                   n_layers=size["n_layers"], n_heads=size["n_heads"], lr=size["lr"],
                   warmup=max(1, size["steps"] // 10), seed=seed)
