@@ -38,8 +38,8 @@ def badge(slug: str, branch: str, notebook: str) -> str:
 
 
 BADGE_RE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/github/[^)]*\)")
-#: The install cell's clone: `"--branch", "<branch>",` then, on the same or the next line, `"<repository url>"`.
-INSTALL_RE = re.compile(r'"--branch", "[^"]*",(\s*)"https://github\.com/[^"]*"')
+#: The install cell's clone: `"--branch", "<branch>", "<repository url>"`, each on this line or the next.
+INSTALL_RE = re.compile(r'"--branch",(\s*)"[^"]*",(\s*)"https://github\.com/[^"]*"')
 README_RE = re.compile(r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/[\w.-]+/")
 README_PIP_RE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w.-]+")     # the package alone, by pip
 
@@ -55,7 +55,7 @@ def fix(check: bool) -> list[str]:
             raise SystemExit(f"{path.name}: {installs} install cells that clone the repository; every notebook has one")
         for cell in nb.cells:
             new = BADGE_RE.sub(badge(slug, branch, path.name), cell.source) if cell.cell_type == "markdown" else \
-                INSTALL_RE.sub(lambda m: f'"--branch", "{branch}",{m[1]}"{url}"', cell.source)
+                INSTALL_RE.sub(lambda m: f'"--branch",{m[1]}"{branch}",{m[2]}"{url}"', cell.source)
             if new != cell.source:
                 cell.source, changed = new, True
         if changed:
