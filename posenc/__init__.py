@@ -8,7 +8,7 @@
 Layers, imported one way, down: `compiled` (torch.compile with an eager fallback) and `scheme`
 (the hooks and the registry) <- `schemes/` (one module per family, registered on import) <-
 `attention`, `model` <- `tasks/`, `vision/` <- `runs/` (spec, store, training, runner),
-`analysis`, `plots`, `bench/`.
+`analysis`, `plots`, `bench/`; `book` (what a chapter glues for the site) imports nothing of posenc.
 """
 import sys as _sys
 

@@ -66,3 +66,14 @@ def test_the_install_cell_clones_the_repository_and_the_chapter_reads_its_commit
     assert seen["file"] == str(clone / "posenc" / "__init__.py")          # the clone's package, not this checkout's
     assert seen["results"] == str(clone / "results")                       # and the clone's committed store
     assert seen["profile"] in ("ci", "paper", "full") and seen["records"] > 0
+
+
+# A chapter's glue for the book's pages does nothing where myst-nb is absent (Colab): the findings page runs there
+def test_glue_stores_for_the_book_and_does_nothing_without_myst_nb(monkeypatch):
+    import myst_nb
+    from posenc.book import glue
+    stored = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: stored.append((name, value, display)))
+    assert glue("a", 1) is True and stored == [("a", 1, False)]       # glued, not displayed in the chapter
+    monkeypatch.setitem(sys.modules, "myst_nb", None)                  # `import myst_nb` now fails, as on Colab
+    assert glue("b", 2) is False and stored == [("a", 1, False)]

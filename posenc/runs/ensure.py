@@ -5,6 +5,7 @@ from typing import Iterable
 
 import torch
 
+from ..book import glue
 from ..table import Table
 from .execute import default_workers, run_specs
 from .spec import RunSpec
@@ -199,10 +200,9 @@ class Runs:
         text = " ".join(s.strip() for s in sentences) + "\n\n*" + note + "*"
         try:
             from IPython.display import Markdown
-            from myst_nb import glue
         except ImportError:
             return text
-        glue(name, Markdown(text), display=False)
+        glue(name, Markdown(text))
         return text
 
 
