@@ -62,7 +62,7 @@ def test_the_install_cell_clones_the_repository_and_the_chapter_reads_its_commit
     clone = tmp_path / "posenc-book"
     assert seen["calls"] == [["git", "clone", "-q", "--depth", "1", "--branch", config.get("branch", "main"),
                               config["url"].rstrip("/"), "posenc-book"],
-                             [sys.executable, "-m", "pip", "install", "-q", "-e", "posenc-book"]]
+                             [sys.executable, "-m", "pip", "install", "-q", "-e", "posenc-book[notebooks]"]]
     assert seen["file"] == str(clone / "posenc" / "__init__.py")          # the clone's package, not this checkout's
     assert seen["results"] == str(clone / "results")                       # and the clone's committed store
     assert seen["profile"] in ("ci", "paper", "full") and seen["records"] > 0
