@@ -599,6 +599,30 @@ def cope_gate_maps(model, tokens, positions=None) -> list:
     return seen
 
 
+def gate_means(gate_maps, marked) -> Table:
+    """Per layer and head, the mean gate on visible keys that are marked and on those that are not.
+
+    mean_{b, i, j <= i : marked[b, j]} g_bij, and the same over unmarked keys, for `gate_maps` as
+    `cope_gate_maps` returns them (a list of [B, H, T, T]) and `marked` a [B, T] bool tensor.
+    """
+    import torch
+    if not isinstance(marked, torch.Tensor) or marked.dtype != torch.bool or marked.dim() != 2:
+        raise TypeError("marked must be a [batch, T] bool tensor")
+    batch, T = marked.shape
+    if not gate_maps or any(g.dim() != 4 or g.shape[0] != batch or g.shape[2:] != (T, T) for g in gate_maps):
+        raise ValueError(f"gate_maps must be a non-empty list of [batch, heads, T, T] tensors with batch={batch}, "
+                         f"T={T} (the shape of marked)")
+    visible = torch.ones(T, T, dtype=torch.bool, device=marked.device).tril()
+    keys = {"marked": marked[:, None, :] & visible, "unmarked": ~marked[:, None, :] & visible}      # [B, T, T]
+    out = Table()
+    for layer, g in enumerate(gate_maps, 1):
+        means = {k: (g * m[:, None]).sum((0, 2, 3)) / m.sum() for k, m in keys.items()}   # [H] each
+        for head in range(g.shape[1]):
+            out.append({"layer": layer, "head": head + 1, "mean gate, marked keys": means["marked"][head].item(),
+                        "mean gate, unmarked keys": means["unmarked"][head].item()})
+    return out
+
+
 # -- what attention heads do with position (TUPE's head analysis) ---------------------------------
 HEAD_KINDS = ("previous token", "next token", "local", "global")
 

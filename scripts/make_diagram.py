@@ -42,11 +42,11 @@ ITALIC = {"R": 611, "W": 833, "a": 500, "b": 500, "d": 500, "e": 444, "h": 500, 
 #: hook -> (colour, name, `Scheme` methods, example schemes); Tol's bright blue, green, red, purple.
 HOOKS = {
     "input": ("#4477AA", "input", "embed, layer_input",
-              "learned, sinusoidal, FLOATER, complex-order, ViT 2-D"),
-    "qk": ("#228833", "q/k transform", "transform_qk", "RoPE"),
-    "bias": ("#EE6677", "logit bias", "logit_bias, layer_logit_bias", "T5, ALiBi"),
+              "learned, sinusoidal, multiplicative, FLOATER, complex order"),
+    "qk": ("#228833", "q/k transform", "transform_qk", "RoPE, xPos"),
+    "bias": ("#EE6677", "logit bias", "logit_bias, layer_logit_bias", "T5, ALiBi, KERPLE, FIRE"),
     "extra": ("#AA3377", "extra logits / values", "extra_logits, extra_values",
-              "Shaw, Transformer-XL, TUPE, DeBERTa"),
+              "Shaw, Transformer-XL, TUPE, DeBERTa, CoPE"),
 }
 
 

@@ -351,6 +351,30 @@ def test_cope_gate_maps_reads_the_gates_the_model_counts_with_and_leaves_it_unch
         cope_gate_maps(posenc.build_model("rope", 11, d_model=16, n_heads=2, n_layers=1, causal=True), tokens)
 
 
+def test_gate_means_average_the_visible_marked_and_unmarked_keys_one_by_one():
+    """gate_means against the entries picked out one at a time: key j of row b counts for query i when j <= i,
+    for the marked mean when marked[b, j]; future keys never count, whatever their gate."""
+    import torch
+    from posenc.analysis import gate_means
+    g = torch.Generator().manual_seed(0)
+    maps = [torch.rand(3, 2, 5, 5, generator=g) for _ in range(2)]
+    marked = torch.rand(3, 5, generator=g) < 0.4
+    table = gate_means(maps, marked)
+    assert [(r["layer"], r["head"]) for r in table] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    for r in table:
+        gl = maps[r["layer"] - 1][:, r["head"] - 1]
+        on = [gl[b, i, j] for b in range(3) for i in range(5) for j in range(i + 1) if marked[b, j]]
+        off = [gl[b, i, j] for b in range(3) for i in range(5) for j in range(i + 1) if not marked[b, j]]
+        assert r["mean gate, marked keys"] == pytest.approx(float(sum(on) / len(on)), rel=1e-6)
+        assert r["mean gate, unmarked keys"] == pytest.approx(float(sum(off) / len(off)), rel=1e-6)
+    future = [m + 10 * torch.ones(5, 5).triu(1) for m in maps]              # gates above the diagonal ignored
+    assert gate_means(future, marked) == table
+    with pytest.raises(TypeError, match="marked"):
+        gate_means(maps, marked.long())
+    with pytest.raises(ValueError, match="gate_maps"):
+        gate_means([maps[0][:, :, :4, :4]], marked)
+
+
 def test_head_kinds_on_constructed_attention():
     import torch
     from posenc.analysis import head_kind, offset_profile

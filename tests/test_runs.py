@@ -425,6 +425,29 @@ def test_so_far_shows_a_tier_stored_in_part_and_names_the_runs_it_lacks(tmp_path
         so_far("99_test", "full", store=str(tmp_path))
 
 
+def test_status_says_how_much_of_each_larger_tier_is_stored(tmp_path, monkeypatch):
+    """A chapter shown at `ci` says, per larger tier it declares, whether none, part or all of it is stored,
+    and gives the command for the largest tier still short."""
+    from posenc.runs import plans, store as store_module
+    from posenc.runs.ensure import Runs
+    monkeypatch.setattr(store_module, "results_root", lambda: tmp_path)     # the committed store, stood in for
+    paper, full = [tiny(seed=s, steps=20) for s in (0, 1)], [tiny(seed=s, steps=21) for s in (0, 1, 2)]
+    monkeypatch.setattr(plans, "plan", lambda name, profile: {"paper": [({"seed": i}, s) for i, s in enumerate(paper)],
+                                                              "full": [({"seed": i}, s) for i, s in enumerate(full)]
+                                                              }.get(profile, []))
+    shown = Runs("99_test", "ci", [], [])
+    cmd = "(`python -m posenc.runs --profile {} --chapters 99_test`)"
+    assert shown.status().endswith(" Not stored yet: `paper` and `full` " + cmd.format("full") + ".")
+    ensure(full[:2], "full")
+    assert shown.status().endswith(" Not stored yet: `paper`. Stored in part: `full`, 2 of 3 runs "
+                                   + cmd.format("full") + ".")
+    ensure(paper[:1], "paper")
+    ensure(full, "full")
+    assert shown.status().endswith(" Stored in part: `paper`, 1 of 2 runs " + cmd.format("paper") + ". Also stored: `full`.")
+    ensure(paper, "paper")
+    assert shown.status().endswith(" Also stored: `paper` and `full`.")
+
+
 def test_a_chapter_states_its_profile_and_what_is_missing_in_its_key_result(tmp_path, monkeypatch):
     monkeypatch.setenv("POSENC_CI_STORE", str(tmp_path))
     from posenc.runs.ensure import Runs
@@ -433,7 +456,7 @@ def test_a_chapter_states_its_profile_and_what_is_missing_in_its_key_result(tmp_
     runs = Runs("02_sinusoidal", "ci", [({"seed": s}, spec) for s, spec in zip((0, 1), specs)], records)
     status = runs.status()
     assert status.startswith("Numbers from the quick `ci` profile: 2 runs on CPU, seeds 0, 1.")
-    assert "--profile full --chapters 02_sinusoidal" in status            # the full profile is declared, not stored
+    assert status.endswith("Also stored: `full`.")                        # 02's full tier is committed whole
     one = Runs("02_sinusoidal", "full", [({"seed": 0}, specs[0])], records[:1])
     assert one.status() == "Numbers from the GPU `full` profile: 1 run on CPU, seed 0."   # nothing larger to make
     text = runs.key_result("RoPE wins.", "  ALiBi holds.  ")

@@ -161,12 +161,9 @@ class Runs:
         The `ci` profile is what nbval recomputes on two CPU cores; `paper` (CPU, hours) and
         `full` (one GPU) are stored by the runner and shown when every run of the chapter is there.
         """
-        from .plans import plan
         scale = {"ci": "the quick `ci` profile", "paper": "the CPU `paper` profile",
                  "full": "the GPU `full` profile"}[self.profile]
-        larger = [p for p in PROFILES[PROFILES.index(self.profile) + 1:] if plan(self.name, p)]
-        more = (f" Not stored yet: {' and '.join(f'`{p}`' for p in larger)} "
-                f"(`python -m posenc.runs --profile {larger[-1]} --chapters {self.name}`)." if larger else "")
+        more = self._larger_tiers()
         from .execute import code_version
         now = code_version()["posenc"]
         older = sorted({f"posenc {v['posenc']}" for r in self.records
@@ -177,6 +174,25 @@ class Runs:
             return (f"Numbers from {scale}, so far: {self.made()}.{stale} Not stored yet: {n} run{'s' if n != 1 else ''}"
                     f", {in_words(self.missing)} (`python -m posenc.runs --profile {self.profile} --chapters {self.name}`).")
         return f"Numbers from {scale}: {self.made()}.{stale}{more}"
+
+    def _larger_tiers(self) -> str:
+        """The tiers above this one that the chapter declares, by how much of each the store holds:
+        " Stored in part: `full`, 171 of 180 runs (`python -m posenc.runs --profile full --chapters ...`)."."""
+        from .plans import plan
+        groups = {"Not stored yet": [], "Stored in part": [], "Also stored": []}
+        todo = None
+        for p in PROFILES[PROFILES.index(self.profile) + 1:]:
+            specs = _unique(s for _, s in plan(self.name, p))
+            if not specs:
+                continue
+            left = len(missing(specs, p))
+            head = "Not stored yet" if left == len(specs) else "Stored in part" if left else "Also stored"
+            groups[head].append(f"`{p}`" + (f", {len(specs) - left} of {len(specs)} runs" if 0 < left < len(specs) else ""))
+            todo = (head, p) if left else todo
+        said = {head: " and ".join(tiers) for head, tiers in groups.items() if tiers}
+        if todo:
+            said[todo[0]] += f" (`python -m posenc.runs --profile {todo[1]} --chapters {self.name}`)"
+        return "".join(f" {head}: {text}." for head, text in said.items())
 
     def made(self) -> str:
         """These runs in words: how many, on which device, which seeds (`posenc.runs.ensure.made`)."""
