@@ -189,3 +189,38 @@ def test_a_curve_refuses_a_missing_value_instead_of_dropping_its_point():
     ax = plots.metric_vs_length(rows, y="acc")
     assert list(ax.lines[0].get_ydata()) == pytest.approx([0.45, 0.45])
     plt.close("all")
+
+
+def test_patch_similarity_grid_puts_each_patchs_own_map_on_its_own_tile():
+    """ViT's Figure 7 layout: tile (r, c) of the mosaic is patch (r, c)'s similarity with every patch, so with
+    orthogonal embeddings its one bright cell sits at (r, c) inside the tile; the ticks count patches from 0."""
+    ax = plots.patch_similarity_grid(torch.eye(6), (2, 3))
+    mosaic = ax.get_images()[0].get_array()
+    assert mosaic.shape == (2 * 3 - 1, 3 * 4 - 1)
+    for r in range(2):
+        for c in range(3):
+            tile = mosaic[r * 3:r * 3 + 2, c * 4:c * 4 + 3]
+            assert tile[r, c] == pytest.approx(1) and (abs(tile).sum() - 1) == pytest.approx(0), (r, c)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "1"]
+    plt.close("all")
+
+
+def test_metric_vs_length_draws_the_mean_over_seeds_and_training_curves_draw_no_markers():
+    """A point of metric_vs_length is the mean of its seeds (0, 0, 3 give 1, where a median would give 0), with
+    the min-max band around it; training curves are lines only, however many points a history has."""
+    rows = Table({"scheme": "rope", "x_train": x, "seed": s, "bpc": v} for x in (1, 2) for s, v in enumerate((0.0, 0.0, 3.0)))
+    ax = plots.metric_vs_length(rows, y="bpc")
+    assert list(ax.lines[0].get_ydata()) == [1.0, 1.0]
+    ax = plots.training_curves({"rope": [{"step": i, "loss": 1.0 / (i + 1)} for i in range(5)]})
+    assert ax.lines[0].get_marker() == "None" and ax.lines[0].get_color() == plots.SCHEME_STYLE["rope"][0]
+    plt.close("all")
+
+
+def test_tables_print_four_significant_digits_right_aligned_and_round_only_floats():
+    """Table's text: floats to four significant digits, every column right-aligned under its header; round()
+    rounds floats and leaves ints and booleans as they are (a verdict column stays True/False)."""
+    assert "1.235" in str(Table([{"x": 1.23456}])) and "1.2346" not in str(Table([{"x": 1.23456}]))
+    assert str(Table([{"a": 1}, {"a": 100}])).splitlines() == ["  a", "---", "  1", "100"]
+    rounded = Table([{"b": True, "n": 7, "x": 1.23456}]).round(2)[0]
+    assert rounded["b"] is True and rounded["n"] == 7 and rounded["x"] == 1.23
