@@ -1,6 +1,7 @@
 """How CNNs know position (Islam et al. 2020): equivariance claims per padding, and the read-out."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import posenc
 from posenc.vision.cnn import PositionCNN, PositionTask, chance_error_px, position_loss, position_targets
@@ -74,3 +75,38 @@ def test_position_decodable_with_zero_padding_not_with_circular():
         posenc.train(model, task, cfg, loss_fn=position_loss)
         results[padding] = task.evaluate(model, n_samples=64)["r2"]
     assert results["zero"] > 0.8 and abs(results["circular"]) < 0.05
+
+
+def test_position_loss_is_the_mean_squared_error_of_the_map():
+    """`position_loss` is the mean squared error between the predicted (row, col) map and the targets (not L1)."""
+    torch.manual_seed(0)
+    model = net("zero")
+    images, targets = PositionTask(size=8).batch(3, torch.Generator().manual_seed(0))
+    pred = model(images)
+    expected = ((pred - targets) ** 2).mean()
+    assert not torch.allclose(expected, (pred - targets).abs().mean())          # L1 would differ here
+    assert torch.allclose(position_loss(model, images, targets), expected, rtol=1e-6, atol=0)
+    assert torch.allclose(position_loss(model, images, targets), F.mse_loss(pred, targets), rtol=1e-6, atol=0)
+
+
+class _Offset(torch.nn.Module):
+    """Predicts every location's target plus a fixed (row, col) offset `d` in target units."""
+
+    def __init__(self, size, d):
+        super().__init__()
+        self.size, self.d = size, torch.nn.Parameter(torch.tensor(d).view(1, 2, 1, 1))
+
+    def forward(self, images):
+        return position_targets(self.size).expand(len(images), -1, -1, -1) + self.d
+
+
+@pytest.mark.parametrize("d, length", [((0.2, 0.0), 0.2), ((0.0, -0.2), 0.2), ((0.3, 0.4), 0.5)])
+def test_error_map_is_the_euclidean_error_in_pixels(d, length):
+    """Targets span [-1, 1] over size pixels, so an offset d (target units) is everywhere an error of
+    |d| (size - 1) / 2 pixels, |d| the Euclidean length of (d_row, d_col)."""
+    size = 8
+    task = PositionTask(size=size)
+    emap = task.error_map(_Offset(size, d), n_samples=4)
+    assert emap.shape == (size, size)
+    assert torch.allclose(emap, torch.full((size, size), length * (size - 1) / 2), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(task.error_map(_Offset(size, (0.0, 0.0)), n_samples=4), torch.zeros(size, size))

@@ -248,3 +248,55 @@ def test_xavier_init_rescales_the_real_model():
                                             num_classes=2))
     assert 0.8 < model.tok.weight.std() < 1.2
     assert model.blocks[0].attn.qkv.weight.std() > 0.1
+
+
+def test_phrases_can_sit_at_either_end_of_the_sentence():
+    """The three gap boundaries are drawn from 0..n_fill, so the fillers before phrase A and after phrase B may be
+    empty: over 2000 sentences some start with phrase A and some end with phrase B's sentiment word, at about
+    the rate 1 - (n_fill / (n_fill + 1))^3 of a boundary landing on the end."""
+    task = ContrastTask(length=12)
+    x, y = task.batch(2000, torch.Generator().manual_seed(0))
+    sentiment = lambda t: (3 <= t) & (t < 3 + 2 * task.n_sentiment)
+    ends_with_b = sentiment(x[:, -1])
+    starts_with_a = sentiment(x[:, 0]) | (x[:, 0] == NOT)
+    assert ends_with_b.sum() > 100 and starts_with_a.sum() > 100
+    # the last word, when a sentiment word, is phrase B's: it decides the label (with a "not" right before it)
+    last = x[ends_with_b]
+    positive = last[:, -1] < 3 + task.n_sentiment
+    assert torch.equal((positive.long() ^ (last[:, -2] == NOT).long()), y[ends_with_b])
+    # n_fill is 9, 8 or 7 (0, 1 or 2 "not"s): the end rate lies between those of n_fill = 9 and 7
+    rate = ends_with_b.float().mean().item()
+    assert 1 - (9 / 10) ** 3 - 0.04 < rate < 1 - (7 / 8) ** 3 + 0.04
+
+
+def test_a_fixed_training_set_samples_every_sentence_including_the_last():
+    """With n_train=2, a batch of 500 samples (with replacement) both training sentences, each about half the time."""
+    task = ContrastTask(length=12, n_train=2)
+    x, y = task.train_set()
+    assert not torch.equal(x[0], x[1])
+    bx, by = task.train_batch(500, torch.Generator().manual_seed(0))
+    first = (bx == x[0]).all(1)
+    second = (bx == x[1]).all(1)
+    assert bool((first | second).all()) and 150 < int(second.sum()) < 350 and 150 < int(first.sum()) < 350
+    assert torch.equal(by[first], y[0].expand(int(first.sum()))) and torch.equal(by[second],
+                                                                                 y[1].expand(int(second.sum())))
+
+
+def test_evaluate_classifies_in_eval_mode_and_restores_the_mode():
+    """`evaluate` runs `classify` with the model in eval mode (no dropout) and hands it back in the mode it had:
+    a training model stays in training, an evaluating one in evaluation."""
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.modes = torch.nn.Parameter(torch.zeros(1)), []
+
+        def classify(self, x):
+            self.modes.append(self.training)
+            return torch.zeros(len(x), 2)
+
+    task = ContrastTask(length=12)
+    for training in (True, False):
+        model = Recorder().train(training)
+        task.evaluate(model, n_samples=16)
+        assert model.modes == [False] and model.training is training

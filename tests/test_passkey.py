@@ -173,3 +173,62 @@ def test_training_runs_and_first_learns_that_the_answer_is_a_digit():
     model = build_model("rope", task.vocab_size, d_model=32, n_heads=4, n_layers=2, causal=True, max_len=96)
     out = train(model, task, TrainConfig(steps=60, batch_size=16, lr=3e-3, warmup=10, log_every=20, progress=False))
     assert out.history[-1]["loss"] < math.log(10) + 0.15 < math.log(task.vocab_size)
+
+
+@pytest.mark.parametrize("causal, depth", [(True, 0.75), (False, 0.75), (True, 0.35)])
+def test_depth_rounds_to_the_nearest_filler_character(causal, depth):
+    """k = round(depth * F), not its floor: with F = 185, depth * F = 138.75 or 64.75, and the key sentence
+    starts at character 139 or 65."""
+    n = 265 + int(not causal)                                           # F = 185 either way
+    F = TASK.filler_length(n, causal)
+    assert F == 185
+    x, y = TASK.batch(4, n, gen(), causal, depth=depth)
+    seq = torch.where(y != IGNORE, y, x) if not causal else x
+    for text in texts(TASK, seq):
+        assert text.index(KEY_SENTENCE[0]) == round(depth * F)
+    assert round(depth * F) == int(depth * F) + 1
+
+
+class Recorder(Oracle):
+    """The oracle that also keeps (key, filler) of every text it reads."""
+
+    def __init__(self, task):
+        super().__init__(task)
+        self.seen = []
+
+    def forward(self, x):
+        for text in texts(self.task, x):
+            key = key_of(text)
+            body = text[: text.index(QUESTION)]
+            sentence = KEY_SENTENCE[0] + key + KEY_SENTENCE[1]
+            self.seen.append((key, body.replace(sentence, "", 1)))
+        return super().forward(x)
+
+
+def test_each_depth_is_scored_on_its_own_keys_and_filler():
+    """`score`'s generator seed includes the depth: the cells of one length draw different keys and filler
+    windows (the depth average of `evaluate` is over independent texts), and one cell is the same every call."""
+    drawn = {}
+    for depth in (0.25, 0.5):
+        model = Recorder(TASK)
+        assert TASK.score(model, 120, depth, n_samples=8) == {"accuracy": 1.0, "digit_accuracy": 1.0}
+        drawn[depth] = model.seen
+    keys = {d: [k for k, _ in seen] for d, seen in drawn.items()}
+    fillers = {d: [f for _, f in seen] for d, seen in drawn.items()}
+    assert keys[0.25] != keys[0.5] and fillers[0.25] != fillers[0.5]
+    assert sum(a == b for a, b in zip(fillers[0.25], fillers[0.5])) == 0
+    again = Recorder(TASK)
+    TASK.score(again, 120, 0.25, n_samples=8)
+    assert again.seen == drawn[0.25]
+
+
+def test_repeat_filler_starts_at_a_random_offset_per_row():
+    """The "repeat" filler is Landmark's sentences from a random offset, one per row: a batch of 64 texts
+    starts at many different offsets of REPEAT_FILLER (not all at its first character)."""
+    task = PasskeyTask(filler="repeat")
+    x, _ = task.batch(64, 200, gen(1), True, depth=1.0)                 # the text opens with the filler
+    cycle = REPEAT_FILLER * 2
+    offsets = [cycle.index(text[:len(REPEAT_FILLER)]) for text in texts(task, x)]
+    assert all(0 <= o < len(REPEAT_FILLER) for o in offsets)
+    assert len(set(offsets)) > 20
+    assert len({text[0] for text in texts(task, x)}) > 1

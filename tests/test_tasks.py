@@ -276,3 +276,34 @@ def test_every_registered_task_follows_the_protocol():
         assert isinstance(task, Task), name
         x, y = task.train_batch(2, torch.Generator().manual_seed(0), name in ("synthetic", "corpus"))
         assert x.shape[0] == 2 and y.shape[0] == 2
+
+
+def test_vocabulary_is_built_from_the_training_text_only():
+    """The characters are those of the training documents: a character seen only in validation is not in
+    `chars`, is out of the vocabulary, and encodes (there, in `valid_ids`) to UNK."""
+    c = CharCorpus("abc\fabd\fab", valid_every=2, train_length=1)   # documents 0 and 2 validate: "abc", "ab"
+    assert c.decode(c.train_ids) == "abd" and c.chars == ["a", "b", "d"] and c.vocab_size == 5
+    assert "c" not in c.chars and "c" not in c.stoi
+    assert c.encode("c").tolist() == [0]
+    assert c.valid_ids.tolist() == [c.stoi["a"], c.stoi["b"], 0, 0, c.stoi["a"], c.stoi["b"]]   # c and \f: UNK
+
+
+@pytest.mark.parametrize("task_name", ["kback", "corpus"])
+def test_scoring_runs_in_eval_mode_and_gives_the_model_back_in_its_own_mode(task_name):
+    """A task scores a model with its dropout off, whatever mode the model is in, and hands it back in the mode
+    it had: a score taken between training steps equals the eval-mode score and changes nothing after it."""
+    import posenc
+    from posenc.tasks import make_task
+    task = make_task("corpus", train_length=16) if task_name == "corpus" else SyntheticTask(task_name, train_length=6)
+    torch.manual_seed(0)
+    model = posenc.build_model("rope", task.vocab_size, d_model=16, n_heads=2, n_layers=1, causal=True, dropout=0.5)
+    kw = {"max_tokens": 512} if task_name == "corpus" else {"n_samples": 32}
+    model.train()
+    in_training = task.evaluate(model, 12, **kw)
+    assert model.training                                              # given back in training mode
+    model.eval()
+    assert task.evaluate(model, 12, **kw) == in_training and not model.training
+    torch.manual_seed(1)
+    with torch.no_grad():                                              # the dropout is real: training mode differs
+        x = torch.randint(4, task.vocab_size, (2, 12))
+        assert not torch.equal(model.train()(x), model.eval()(x))

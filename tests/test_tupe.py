@@ -213,3 +213,39 @@ def test_bert_first_layer_terms_sum_to_the_first_layer_logits():
         bert_first_layer_terms(model, ids, head=4)
     with pytest.raises(ValueError, match="learned"):
         bert_first_layer_terms(small_model("tupe", causal=False), ids)
+
+
+def test_noise_tail_replaces_exactly_the_last_quarter():
+    """cls_task="noise_tail": a swapped window has exactly its last L/4 characters replaced, and only they leave
+    the MLM targets. With every character masked (mask_prob=1) and every window swapped (swap_prob=1), L=16:
+    each row's targets are the 12 first characters, then 4 IGNOREs, and every label is 0."""
+    text = "\f".join("".join(chr(65 + (i + j) % 26) for j in range(400)) for i in range(12))
+    t = MaskedLMWithCLS(CharCorpus(text, train_length=16, mask_prob=1.0), swap_prob=1.0, cls_task="noise_tail")
+    x, y = t.train_batch(64, torch.Generator().manual_seed(0))
+    assert (y[:, 0] == 0).all() and (x == 1).all()
+    assert (y[:, 1:13] != IGNORE).all() and (y[:, 13:] == IGNORE).all()
+    # unmasked, the first three quarters are the clean text (consecutive letters, bar a window crossing a \f)
+    t0 = MaskedLMWithCLS(CharCorpus(text, train_length=16, mask_prob=0.0), swap_prob=1.0, cls_task="noise_tail")
+    x0, _ = t0.train_batch(200, torch.Generator().manual_seed(0))
+    step = (x0[:, 1:12] - x0[:, :11]) % 26
+    assert ((step == 1).all(1)).float().mean() > 0.9
+    assert ((x0[:, 12:] - x0[:, 11:15]) % 26 != 1).float().mean() > 0.8
+
+
+def test_evaluate_averages_each_metric_over_the_batches():
+    """`evaluate`'s mlm, cls and cls_acc are the means over its n_batches held-out batches (drawn in turn from
+    one seeded generator on the validation text) of `loss_parts`: cls_acc is an accuracy in [0, 1]."""
+    text = "\f".join(f"document {i}: " + "abcdefghij" * 30 for i in range(20))
+    t = MaskedLMWithCLS(CharCorpus(text, train_length=16))
+    torch.manual_seed(0)
+    model = posenc.build_model("tupe", t.vocab_size, causal=False, cls_token=True, num_classes=2,
+                               d_model=16, n_heads=2, n_layers=1, max_len=16).eval()
+    n_batches, batch_size = 3, 8
+    out = t.evaluate(model, n_batches=n_batches, batch_size=batch_size, seed=4)
+    g, parts = torch.Generator().manual_seed(4), []
+    for _ in range(n_batches):
+        x, y = t.batch(t.corpus.valid_ids, batch_size, g)
+        parts.append({k: v.item() for k, v in loss_parts(model, x, y).items()})
+    for key, name in (("mlm", "mlm"), ("cls", "cls"), ("acc", "cls_acc")):
+        assert out[name] == pytest.approx(sum(p[key] for p in parts) / n_batches, rel=1e-5), name
+    assert 0.0 < out["cls_acc"] <= 1.0                  # not 0, so a wrong divisor (batch_size = 8) would show

@@ -381,3 +381,95 @@ def test_images_of_another_dtype_than_the_model_are_refused_by_name(stem):
         with pytest.raises(TypeError, match="got torch.float64"):
             model(images.double())                                              # but never float64
     assert model.double()(images.double()).dtype == torch.float64                 # a float64 model takes them
+
+
+def test_grid_similarity_groups_are_the_hand_counted_pair_means():
+    """On a 3x3 grid every group is the mean cosine over the ordered pairs its docstring names: same row and
+    same column at distance >= 2 (so not the neighbours), neighbours at |dr| + |dc| = 1, diagonal neighbours,
+    two apart in a line, and different row and column; the two summary numbers are differences of those."""
+    g = torch.Generator().manual_seed(0)
+    h = w = 3
+    table = torch.randn(h * w, 16, generator=g, dtype=torch.float64)
+    got = V.grid_similarity(table, (h, w))
+    unit = table / table.norm(dim=-1, keepdim=True)
+    pairs = {name: [] for name in ("neighbours", "same row", "same column", "different row and column",
+                                   "diagonal neighbours", "two apart in a line", "line")}
+    for i in range(h * w):
+        for j in range(h * w):
+            (ri, ci), (rj, cj) = divmod(i, w), divmod(j, w)
+            dr, dc, cos = abs(ri - rj), abs(ci - cj), float(unit[i] @ unit[j])
+            if dr + dc == 1:
+                pairs["neighbours"].append(cos)
+            if dr == 0 and dc >= 2:
+                pairs["same row"].append(cos)
+            if dc == 0 and dr >= 2:
+                pairs["same column"].append(cos)
+            if dr > 0 and dc > 0:
+                pairs["different row and column"].append(cos)
+            if dr == 1 and dc == 1:
+                pairs["diagonal neighbours"].append(cos)
+            if dr + dc == 2 and (dr == 0 or dc == 0):
+                pairs["two apart in a line"].append(cos)
+            if (dr == 0 or dc == 0) and i != j:
+                pairs["line"].append(cos)
+    mean = {name: sum(v) / len(v) for name, v in pairs.items()}
+    assert len(pairs["same row"]) == len(pairs["same column"]) == 6          # (c0, c2) and back, per row
+    for name in ("neighbours", "same row", "same column", "different row and column", "diagonal neighbours",
+                 "two apart in a line"):
+        assert got[name] == pytest.approx(mean[name], abs=1e-6), name
+    assert got["row_column_excess"] == pytest.approx(mean["line"] - mean["different row and column"], abs=1e-6)
+    assert got["line_over_diagonal"] == pytest.approx(mean["two apart in a line"] - mean["diagonal neighbours"],
+                                                      abs=1e-6)
+
+
+def test_patch_table_is_the_table_without_its_cls_row():
+    """`PatchLearned.patch_table()` is rows 1.. of the learned table (row 0 is [CLS]): h*w rows in raster order."""
+    torch.manual_seed(0)
+    s = V.PatchLearned(grid=(3, 4), d_model=8, n_heads=2, n_layers=1, max_len=13, causal=False)
+    assert s.table.shape == (13, 8)
+    assert torch.equal(s.patch_table(), s.table[1:]) and s.patch_table().shape == (12, 8)
+    assert not torch.equal(s.patch_table()[0], s.table[0])                      # the [CLS] row stays out
+
+
+def test_digit_shifts_reach_both_ends_of_max_shift():
+    """Training shifts are drawn uniformly from -max_shift..max_shift per axis (one per batch): over 200 batches
+    with max_shift=1 each axis is rolled by -1, 0 and +1, and by nothing else."""
+    task = V.DigitsTask(8, max_shift=1)
+    pattern = torch.arange(64, dtype=torch.float32).view(1, 1, 8, 8)            # every roll is distinguishable
+    task.train_x, task.train_y = pattern, torch.tensor([3])
+    rolls = {(dy, dx): torch.roll(pattern, (dy, dx), dims=(-2, -1))[0] for dy in (-1, 0, 1) for dx in (-1, 0, 1)}
+    g, seen = torch.Generator().manual_seed(0), set()
+    for _ in range(200):
+        x, y = task.train_batch(4, g)
+        assert (y == 3).all()
+        match = [s for s, r in rolls.items() if all(torch.equal(row, r) for row in x)]
+        assert len(match) == 1
+        seen.add(match[0])
+    assert {dy for dy, _ in seen} == {-1, 0, 1} and {dx for _, dx in seen} == {-1, 0, 1}
+
+
+def test_digits_accuracy_scores_the_split_it_names():
+    """accuracy("test") runs the model on exactly the test images (in batches) and compares with the test labels;
+    accuracy("train") on exactly the training images."""
+    task = V.DigitsTask(8)
+
+    class Zero(torch.nn.Module):
+        """Predicts class 0 for every image and keeps what it was shown."""
+
+        def __init__(self):
+            super().__init__()
+            self.w, self.seen = torch.nn.Parameter(torch.zeros(1)), []
+
+        def forward(self, x):
+            self.seen.append(x)
+            logits = torch.zeros(len(x), 10)
+            logits[:, 0] = 1.0
+            return logits
+
+    for split, xs, ys in (("test", task.test_x, task.test_y), ("train", task.train_x, task.train_y)):
+        model = Zero()
+        acc = task.accuracy(model, split, batch_size=100)
+        assert sum(len(x) for x in model.seen) == len(ys)
+        assert torch.equal(torch.cat(model.seen), xs)
+        assert acc == int((ys == 0).sum()) / len(ys)
+    assert len(task.test_y) != len(task.train_y)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .scoring import scoring
+
 
 def position_targets(size: int) -> Tensor:
     """(row, col) of every location of a size x size map, scaled to [-1, 1]: [2, size, size].
@@ -49,7 +51,7 @@ class PositionTask:
         """The `posenc.train` interface (`causal` is ignored)."""
         return self.batch(batch_size, g)
 
-    @torch.no_grad()
+    @scoring
     def evaluate(self, model: "torch.nn.Module", *, n_samples: int = 256, seed: int = 12345) -> dict:
         """R^2 of the (row, col) prediction (0 = a constant guess) and mean error in pixels."""
         images, targets = self.batch(n_samples, torch.Generator().manual_seed(seed))
@@ -60,7 +62,7 @@ class PositionTask:
         pixels = err.abs().mean() * (self.size - 1) / 2                           # [-1, 1] -> pixels
         return {"r2": r2.item(), "error_px": pixels.item(), "chance_error_px": chance_error_px(self.size)}
 
-    @torch.no_grad()
+    @scoring
     def error_map(self, model: "torch.nn.Module", *, n_samples: int = 128, seed: int = 12345) -> Tensor:
         """Mean Euclidean position error in pixels at each location: [size, size]."""
         images, targets = self.batch(n_samples, torch.Generator().manual_seed(seed))

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .scoring import scoring
 from .synthetic import IGNORE
 
 STDLIB_SHA256 = "47822cc2eb305dfa93c60bdc6cbeda4497469b1c4da5373506423fb4ff56e7eb"
@@ -149,7 +150,7 @@ class CharCorpus:
         ids = self.valid_ids[: n * length + 1]
         return ids[:-1].view(n, length), ids[1:].view(n, length)
 
-    @torch.no_grad()
+    @scoring
     def evaluate(self, model, length: int, *, max_tokens: int | None = 32768, batch_size: int = 16,
                  seed: int = 0, device=None) -> dict:
         """Mean per-character NLL over non-overlapping chunks of `length` (ALiBi protocol).

@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .scoring import scoring
+
 
 class DigitsTask:
     """The 1797 8x8 digits of `sklearn.datasets.load_digits`, bilinearly upsampled to `image_size`.
@@ -52,14 +54,13 @@ class DigitsTask:
             x = torch.roll(x, (dy, dx), dims=(-2, -1))
         return x, self.train_y[idx]
 
-    @torch.no_grad()
+    @scoring
     def accuracy(self, model: nn.Module, split: str = "test", batch_size: int = 512, **forward_kwargs) -> float:
         """Fraction of `split` ("test" or "train") images classified correctly."""
         if split not in ("test", "train"):
             raise ValueError(f"split must be 'test' or 'train'; got {split!r}")
         xs, ys = (self.test_x, self.test_y) if split == "test" else (self.train_x, self.train_y)
         device, correct = next(model.parameters()).device, 0
-        model.eval()
         for i in range(0, len(ys), batch_size):
             pred = model(xs[i:i + batch_size].to(device), **forward_kwargs).argmax(-1).cpu()
             correct += int((pred == ys[i:i + batch_size]).sum())

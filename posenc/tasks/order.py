@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from ..model import classification_loss  # noqa: F401  (re-exported: the loss_fn for this module's tasks)
+from .scoring import scoring
 
 PAD, BUT, NOT = 0, 1, 2
 N_SPECIAL = 3
@@ -109,16 +110,13 @@ class ContrastTask:
         pick = torch.randint(self.n_train, (batch_size,), generator=g)
         return x[pick], y[pick]
 
-    @torch.no_grad()
+    @scoring
     def evaluate(self, model, *, n_samples: int = 1000, length: int | None = None, seed: int = 12345,
                  device=None) -> dict:
         """Accuracy of `model.classify` on `n_samples` fresh sentences (a held-out generator seed)."""
         x, y = self.batch(n_samples, torch.Generator().manual_seed(seed), length)
         device = device or next(model.parameters()).device
-        was_training = model.training
-        model.eval()
         pred = model.classify(x.to(device)).argmax(-1).cpu()
-        model.train(was_training)
         return {"accuracy": (pred == y).float().mean().item()}
 
     def decode(self, tokens: Tensor) -> str:

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from .corpus import MASK_ID, CharCorpus
+from .scoring import scoring
 from .synthetic import IGNORE
 
 KEY_SENTENCE = (" the pass key is ", ". remember it. ")      # the key goes between the two parts
@@ -180,7 +181,7 @@ class PasskeyTask:
         return torch.where(in_sentence, sentence.gather(1, (t - k).clamp(0, S - 1)), from_filler)
 
     # -- evaluation --------------------------------------------------------------
-    @torch.no_grad()
+    @scoring
     def score(self, model, length: int, depth: float, *, n_samples: int = 128, batch_size: int = 64,
               seed: int = 0, device=None) -> dict:
         """{accuracy, digit_accuracy} of `n_samples` texts of `length` with the key at `depth` (validation filler)."""
@@ -196,7 +197,7 @@ class PasskeyTask:
             right, exact = right + int(hit.sum()), exact + int(hit.all(1).sum())
         return {"accuracy": exact / n_samples, "digit_accuracy": right / (n_samples * self.digits)}
 
-    @torch.no_grad()
+    @scoring
     def evaluate(self, model, length: int, *, depths=DEPTHS, n_samples: int = 128, batch_size: int = 64,
                  seed: int = 0, device=None) -> dict:
         """The Task protocol's score at one length: `score` averaged over `depths` (n_samples each)."""
@@ -204,7 +205,7 @@ class PasskeyTask:
                  for d in _depths(depths)]
         return {m: sum(c[m] for c in cells) / len(cells) for m in ("accuracy", "digit_accuracy")}
 
-    @torch.no_grad()
+    @scoring
     def evaluate_grid(self, model, lengths, depths=DEPTHS, *, n_samples: int = 128, batch_size: int = 64,
                       seed: int = 0, device=None):
         """One row per (length, depth): {length, x_train, depth, accuracy, digit_accuracy}, for a heat map."""

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..model import IGNORE, lm_loss
 from .corpus import MASK_ID, CharCorpus
+from .scoring import scoring
 
 CLS_TASKS = ("continuation", "noise_tail")
 
@@ -90,10 +91,9 @@ class MaskedLMWithCLS:
             raise ValueError("MaskedLMWithCLS trains bidirectional models only; got causal=True")
         return self.batch(self.corpus.train_ids, batch_size, generator)
 
-    @torch.no_grad()
+    @scoring
     def evaluate(self, model, *, n_batches: int = 8, batch_size: int = 64, seed: int = 0, device=None) -> dict:
         """Validation MLM loss (nats/char), [CLS] loss and accuracy on fixed held-out batches."""
-        model.eval()
         g = torch.Generator().manual_seed(seed)
         mlm = cls = acc = 0.0
         for _ in range(n_batches):

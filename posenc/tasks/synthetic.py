@@ -47,6 +47,7 @@ from torch import Tensor
 PAD, BOS, SEP, MASK = 0, 1, 2, 3
 N_SPECIAL = 4
 from ..model import IGNORE  # target id that the loss and the metrics skip
+from .scoring import scoring
 
 
 @dataclass
@@ -123,7 +124,7 @@ class SyntheticTask:
             return torch.cat([bos, src], 1), torch.cat([torch.full_like(bos, IGNORE), out], 1)
         return seq2seq(src, out, causal)
 
-    @torch.no_grad()
+    @scoring
     def evaluate(self, model, length: int, *, n_samples: int = 256, batch_size: int = 128,
                  seed: int = 0, device=None) -> dict:
         """Token accuracy and sequence accuracy (every target of a sample right) at one length."""
@@ -140,7 +141,7 @@ class SyntheticTask:
             seq_right += int((hit == asked).all(1).sum())
         return {"accuracy": right / total, "seq_accuracy": seq_right / n_samples}
 
-    @torch.no_grad()
+    @scoring
     def accuracy_by_position(self, model, length: int, *, n_samples: int = 256, seed: int = 0,
                              device=None) -> list:
         """Accuracy at each target slot (item index for labelling tasks, answer index otherwise)."""
