@@ -36,7 +36,7 @@ from .memory import deberta_memory
 from .schemes import scheme_costs, xtransformers_costs
 from .stacking import stacking_costs
 from .workers import worker_scaling
-from .timing import machine
+from .timing import machine, steady_heap
 
 SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu", "stacking", "workers", "graphs")
 #: What runs without --only: every section but the GPU window's probes (minutes of spawned processes).
@@ -154,7 +154,7 @@ def main(argv=None) -> dict:
         torch.set_num_threads(a.threads)
     if a.clock is None:
         a.clock = "cpu" if a.device == "cpu" and torch.get_num_threads() == 1 else "wall"
-    where = machine(a.device)
+    where = machine(a.device) + ("; glibc heap kept (no page faults)" if steady_heap() else "")
     print(where)
     keep = (lambda sections: save({"machine": where, "sections": dict(sections)}, a.save)) if a.save else None
     return {"machine": where, "sections": run_sections(a.only, a.device, a.seq_len, a.rounds, a.clock, keep)}

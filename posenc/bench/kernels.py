@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import statistics
 import warnings
 
 import torch
@@ -128,7 +129,7 @@ def bias_times(seq: int = 1024, heads: int = 8, *, rounds: int = 20) -> Table:
            "ours alibi, reused": ours(alibi, True), "x-transformers AlibiPositionalBias, reused": lambda: xt_alibi(seq, seq),
            "BLOOM build_alibi_tensor (key-only [H, 1, N])": lambda: build_alibi_tensor(ones, heads, torch.float32)}
     with torch.no_grad():
-        med = {n: sorted(t)[len(t) // 2] for n, t in interleaved_times(fns, rounds=rounds).items()}
+        med = {n: statistics.median(t) for n, t in interleaved_times(fns, rounds=rounds).items()}
     ref = {"ours t5": "transformers T5 compute_bias", "ours alibi, built": "x-transformers AlibiPositionalBias, built",
            "ours alibi, reused": "x-transformers AlibiPositionalBias, reused"}
     return Table({"candidate": n, "ms": 1e3 * s, "vs_reference": s / med[ref[n]] if n in ref else None}

@@ -1,6 +1,7 @@
 """One round-robin timer shared by every benchmark, and a line that names the machine."""
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import time
@@ -35,6 +36,30 @@ def interleaved_times(fns: dict[str, Callable[[], object]], *, rounds: int = 5, 
             if r >= warmup:
                 times[name].append(tick() - t0)
     return times
+
+
+#: glibc's mallopt parameters (malloc.h) and the values `steady_heap` gives them: never give freed memory back
+#: to the system, and serve every block under 1 GiB from the heap rather than from a fresh mapping.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+KEPT_HEAP = {M_TRIM_THRESHOLD: 2**31 - 1, M_MMAP_THRESHOLD: 2**30}
+
+
+def steady_heap() -> bool:
+    """Make freed memory stay in this process (glibc only), so that a timed call that allocates a large buffer
+    reuses the one freed by the call before it instead of faulting fresh pages in from the kernel.
+
+    With glibc's defaults a block of 32 MiB or more ([8, 1024, 1024] float32, a bias of the kernel table) is
+    mapped and unmapped at every call; what the clock then measures is page faults, and how many depends on
+    what ran earlier in the process (the bias table's ratios moved from 0.10 to 0.47 with the sections run
+    before it). The same setting as MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ in the environment, or
+    as PyTorch's advice to time CPU code under a caching allocator (jemalloc, tcmalloc). For the benchmark's
+    process only: `posenc` leaves a training process's allocator as it finds it. True where it took effect.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return all(libc.mallopt(param, value) == 1 for param, value in KEPT_HEAP.items())
+    except (OSError, AttributeError):             # not glibc (macOS, musl, Windows): nothing to set
+        return False
 
 
 def machine(device: str | torch.device = "cpu") -> str:
