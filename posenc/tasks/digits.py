@@ -13,7 +13,9 @@ class DigitsTask:
 
     A fixed split (`test_fraction`, drawn once from `split_seed`); training batches come
     from the generator `posenc.train` passes, with random shifts of up to `max_shift`
-    pixels (of the upsampled image) as augmentation. Pixels are standardised with the
+    pixels (of the upsampled image) as augmentation: one shift (dy, dx) per batch, each drawn
+    uniformly from -max_shift..max_shift, applied with `torch.roll` (what leaves one edge comes
+    back at the other). Pixels are standardised with the
     training split's mean and standard deviation.
     """
 
@@ -46,7 +48,7 @@ class DigitsTask:
         return out
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool = False):
-        """(images [B, 1, S, S], labels [B]) drawn with replacement, randomly shifted."""
+        """(images [B, 1, S, S], labels [B]) drawn with replacement, the whole batch rolled by one random shift."""
         idx = torch.randint(0, len(self.train_y), (batch_size,), generator=generator)
         x = self.train_x[idx]
         if self.max_shift:
