@@ -13,8 +13,8 @@ from .spec import RunSpec
 from .store import PROFILES, Record, Store, atomic_write, results_root
 from .recipes import RECIPES, recipe
 from .execute import execute, run_specs
-from .ensure import Runs, chapter, ensure, missing, so_far, stored
+from .ensure import Runs, chapter, ensure, missing, so_far, stored, tier_count
 from .plans import PLANS, declare, plan
 
 __all__ = ["RunSpec", "Store", "Record", "PROFILES", "results_root", "atomic_write", "RECIPES", "recipe", "execute",
-           "run_specs", "ensure", "missing", "so_far", "stored", "Runs", "chapter", "PLANS", "declare", "plan"]
+           "run_specs", "ensure", "missing", "so_far", "stored", "tier_count", "Runs", "chapter", "PLANS", "declare", "plan"]

@@ -65,6 +65,14 @@ def stored(specs, profile: str) -> list[Record] | None:
     return None if any(r is None for r in records) else records
 
 
+def tier_count(name: str, profile: str) -> tuple[int, int]:
+    """(runs stored, runs declared) of chapter `name`'s `profile` tier in `Store(profile)` (the committed store,
+    or the test run's for `ci`); (0, 0) for a tier the chapter does not declare. Reads the store only."""
+    from .plans import plan
+    specs = _unique(s for _, s in plan(name, profile))
+    return len(specs) - len(missing(specs, profile)), len(specs)
+
+
 def so_far(name: str, profile: str = "full", *, store: Store | None = None) -> Runs | None:
     """The runs of chapter `name`'s `profile` stored so far, complete or not; None when none is stored.
 
@@ -178,17 +186,15 @@ class Runs:
     def _larger_tiers(self) -> str:
         """The tiers above this one that the chapter declares, by how much of each the store holds:
         " Stored in part: `full`, 171 of 180 runs (`python -m posenc.runs --profile full --chapters ...`)."."""
-        from .plans import plan
         groups = {"Not stored yet": [], "Stored in part": [], "Also stored": []}
         todo = None
         for p in PROFILES[PROFILES.index(self.profile) + 1:]:
-            specs = _unique(s for _, s in plan(self.name, p))
-            if not specs:
+            done, declared = tier_count(self.name, p)
+            if not declared:
                 continue
-            left = len(missing(specs, p))
-            head = "Not stored yet" if left == len(specs) else "Stored in part" if left else "Also stored"
-            groups[head].append(f"`{p}`" + (f", {len(specs) - left} of {len(specs)} runs" if 0 < left < len(specs) else ""))
-            todo = (head, p) if left else todo
+            head = "Not stored yet" if not done else "Stored in part" if done < declared else "Also stored"
+            groups[head].append(f"`{p}`" + (f", {done} of {declared} runs" if head == "Stored in part" else ""))
+            todo = (head, p) if done < declared else todo
         said = {head: " and ".join(tiers) for head, tiers in groups.items() if tiers}
         if todo:
             said[todo[0]] += f" (`python -m posenc.runs --profile {todo[1]} --chapters {self.name}`)"
