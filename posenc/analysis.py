@@ -156,7 +156,7 @@ def smooth(history: list, window: int = 3) -> list[tuple[int, float]]:
 
 
 def steps_to_reach(history: list, target: float, window: int = 3) -> float:
-    """First logged step whose smoothed training loss is <= target; inf if never (TUPE's Figure 4 measure)."""
+    """First logged step whose smoothed training loss is <= target; inf if never (TUPE's Figure 5(a) measure)."""
     return next((step for step, loss in smooth(history, window) if loss <= target), math.inf)
 
 

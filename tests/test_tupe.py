@@ -198,7 +198,7 @@ def test_bert_first_layer_terms_sum_to_the_first_layer_logits():
     model = posenc.build_model("learned", 30, causal=False, cls_token=True, num_classes=2, d_model=32, n_heads=4,
                                max_len=16)
     ids = torch.randint(0, 30, (10,))
-    terms = bert_first_layer_terms(model, ids, head=1)
+    terms = bert_first_layer_terms(model, ids, head=1, layer_norm=False)      # the paper's Eq. 6: raw embeddings
     x = model.tok(ids) + model.scheme.table[1:11]                               # word + position, as BERT's input
     q, k, _ = model.blocks[0].attn.qkv(x).detach().split(32, -1)
     want = q[:, 8:16] @ k[:, 8:16].T / math.sqrt(8)                             # head 1 of 4, d_h = 8
@@ -211,8 +211,41 @@ def test_bert_first_layer_terms_sum_to_the_first_layer_logits():
     torch.testing.assert_close(terms["position-position"], qp[:, h] @ kp[:, h].T / math.sqrt(8))
     with pytest.raises(ValueError, match="head"):
         bert_first_layer_terms(model, ids, head=4)
+    with pytest.raises(TypeError, match="layer_norm"):
+        bert_first_layer_terms(model, ids, layer_norm="yes")
     with pytest.raises(ValueError, match="learned"):
         bert_first_layer_terms(small_model("tupe", causal=False), ids)
+
+
+def test_bert_first_layer_terms_through_the_layer_norm_sum_to_the_logits_the_model_computes():
+    """With layer_norm (the default) the four terms and the norm's shift add up to the logits of the first
+    block's head as the model computes them (captured at its LayerNorm, gain and shift trained away from 1
+    and 0); the terms are those of the centred embeddings, divided by the sum's per-token deviation."""
+    from posenc.tupe import bert_first_layer_terms
+    torch.manual_seed(0)
+    model = posenc.build_model("learned", 30, causal=False, cls_token=True, d_model=32, n_heads=4, max_len=16)
+    with torch.no_grad():
+        model.blocks[0].ln1.weight.uniform_(0.5, 2.0)
+        model.blocks[0].ln1.bias.normal_(0, 0.5)
+    ids = torch.randint(0, 30, (10,))
+    seen = {}
+    handle = model.blocks[0].ln1.register_forward_hook(lambda mod, inp, out: seen.setdefault("z", out.detach()))
+    model.eval()
+    model(ids[None])
+    handle.remove()
+    z = seen["z"][0, 1:]                                                        # (10, 32): [CLS] left out
+    q, k, _ = model.blocks[0].attn.qkv(z).detach().split(32, -1)
+    want = q[:, 8:16] @ k[:, 8:16].T / math.sqrt(8)                             # head 1 of 4
+    terms = bert_first_layer_terms(model, ids, head=1)
+    assert set(terms) == {"word-word", "word-position", "position-word", "position-position", "layer-norm shift"}
+    torch.testing.assert_close(sum(terms.values()), want, rtol=1e-5, atol=1e-5)
+    x, p = model.tok(ids).detach(), model.scheme.table[1:11].detach()
+    sigma = ((x + p).var(-1, unbiased=False, keepdim=True) + model.blocks[0].ln1.eps).sqrt()   # LayerNorm's eps
+    xn = model.blocks[0].ln1.weight.detach() * (x - x.mean(-1, keepdim=True)) / sigma
+    qx = model.blocks[0].attn.qkv(xn).detach()[:, 8:16]
+    kx = model.blocks[0].attn.qkv(xn).detach()[:, 40:48]
+    torch.testing.assert_close(terms["word-word"], qx @ kx.T / math.sqrt(8), rtol=1e-4, atol=1e-5)
+    assert terms["layer-norm shift"].abs().max() > 0.01                          # the shift is not dropped
 
 
 def test_noise_tail_replaces_exactly_the_last_quarter():

@@ -13,7 +13,9 @@ keys after the query taking ids B .. 2B - 1), of which m = B/2 are exact:
     bucket(n) = n                                                    if n < m
               = min(B - 1, m + floor(log(n / m) / log(D / m) * (B - m)))  otherwise.
 
-So 32 bidirectional buckets give each side 8 exact distances (0..7) and 8 logarithmic ones.
+So 32 bidirectional buckets give the keys before the query (and the query itself) 8 exact
+distances (0..7), the keys after it 7 (1..7; bucket 16, distance 0 on that side, is never
+used), and each side 8 logarithmic ones.
 
 Convention: relative_position = key_pos - query_pos (T5's memory_position -
 query_position). T5 itself never divides by sqrt(d_h) (it folds the factor into the

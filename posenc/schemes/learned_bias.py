@@ -278,11 +278,12 @@ def fit_fire_to_bias(target: Tensor, steps: int = 300, seed: int = 0, *, hidden:
     function of one variable, x = psi(i - j) / psi(tau), to approximate.
 
     A width-h f_theta is a piecewise-linear function of x with at most h kinks: it follows
-    smooth targets (ALiBi, KERPLE) closely at h = 32. T5's bias, one free value per bucket, is
-    matched exactly only by a function with a kink at every exact distance and two at the edges
-    of each log bucket (36 for n = 64); the fit, which places the knots by gradient, does not
-    find such a placement at a width of 32, and any function of n distances is matched exactly
-    once h >= n - 1 (a knot between every two inputs).
+    smooth targets (ALiBi, KERPLE) closely at h = 32. T5's bias, one free value per bucket, drawn
+    through the n distances with bends only at them, has a kink at every exact distance and two
+    at the edges of each log bucket (36 for n = 64); a function bending between distances may
+    need fewer, but the fit, which places the knots by gradient, finds no exact one at a width
+    of 32. Any function of n distances is matched exactly once h >= n - 1 (a knot between every
+    two inputs).
     """
     if not isinstance(target, Tensor) or not target.is_floating_point():
         raise TypeError(f"target must be a float tensor [heads, n, n]; got {_describe(target)}")

@@ -60,7 +60,8 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
     the training context L; yarn/longrope: used for a missing `factor`). seq_len: the current
     length (dynamic, longrope). params: as in transformers' `rope_parameters`. dtype: float32
     rounds as transformers does (equal to it); float64 gives the angles of long contexts exactly
-    (at 32k positions float32 frequencies put cos off by about 1e-4).
+    (float32 rounds a frequency theta by up to theta * 2^-24, so the angle at position m is off by
+    up to m * theta * 2^-24: at 32k positions cos is off by about 1e-3 for a 128-dim head).
     """
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"rope_type must be one of {ROPE_TYPES}; got {rope_type!r}")

@@ -6,7 +6,7 @@ through the same W_Q, W_K. TUPE keeps only the first and the last, each with its
 projections, and no position at the input (paper Eq. 7, one head, d = head size):
 
     a_ij = (x_i W_Q)(x_j W_K)^T / sqrt(2d)  +  (p_i U_Q)(p_j U_K)^T / sqrt(2d)   [+ b_{j-i}]
-           \\____ per layer (fused SDPA) ___/    \\_______ positions only _______/   \\ TUPE-R
+           \\___ per layer (fused on CUDA) _/    \\_______ positions only _______/   \\ TUPE-R
 
 The position term depends on positions only: `prepare` computes it once per
 forward, [H, N, N], and every layer adds it as its `logit_bias` (p, U_Q, U_K shared
@@ -68,23 +68,42 @@ def four_terms(x: Tensor, p: Tensor, w_q: Tensor, w_k: Tensor, scale: float) -> 
             "position-word": qp @ kx.T * scale, "position-position": qp @ kp.T * scale}
 
 
-def bert_first_layer_terms(model, ids: Tensor, head: int = 0) -> dict[str, Tensor]:
+def bert_first_layer_terms(model, ids: Tensor, head: int = 0, *, layer_norm: bool = True) -> dict[str, Tensor]:
     """`four_terms` of one head of the first layer of a trained BERT-A (`learned` scheme with [CLS]).
 
-    ids: [N] token ids at positions 1..N ([CLS] at 0 is left out); the layer norm before
-    attention is left out too, as in the paper's Figure 2. Returns the four [N, N] terms.
+    ids: [N] token ids at positions 1..N ([CLS] at 0 is left out). The paper's Eq. 6 expands
+    (x_i + p_i) W_Q ((x_j + p_j) W_K)^T, with no layer norm in it. This model's first layer
+    reads LN(x + p) = gamma * (x - mean x + p - mean p) / sigma + beta, with sigma the standard
+    deviation of x + p (per token, with the norm's eps). The centring is linear, so with
+    `layer_norm` (the default) the terms are those of x' = gamma * (x - mean x) / sigma and
+    p' = gamma * (p - mean p) / sigma, and a fifth, "layer-norm shift", holds every product with
+    beta: the five sum to the layer's logits, in nats. Without it the four are the raw
+    embeddings' terms, which the norm scales by orders of magnitude. Returns [N, N] terms.
     """
     if not hasattr(model.scheme, "table") or model.cls is None:
         raise ValueError("bert_first_layer_terms needs a model built with scheme 'learned' and cls_token=True")
+    if not isinstance(layer_norm, bool):
+        raise TypeError(f"layer_norm must be True or False; got {layer_norm!r}")
     d_model = model.tok.weight.shape[1]
     dh = d_model // model.scheme.n_heads
     if not isinstance(head, int) or not 0 <= head < model.scheme.n_heads:
         raise ValueError(f"head must be an int in [0, {model.scheme.n_heads}); got {head!r}")
     w = model.blocks[0].attn.qkv.weight.detach()                                # (3D, D): q, k, v rows
     rows = slice(head * dh, (head + 1) * dh)
+    w_q, w_k, scale = w[:d_model][rows].T, w[d_model:2 * d_model][rows].T, 1 / math.sqrt(dh)
     with torch.no_grad():
-        return four_terms(model.tok(ids), model.scheme.table[1:len(ids) + 1], w[:d_model][rows].T,
-                          w[d_model:2 * d_model][rows].T, 1 / math.sqrt(dh))
+        x, p = model.tok(ids), model.scheme.table[1:len(ids) + 1]                # (N, D) each
+        if not layer_norm:
+            return four_terms(x, p, w_q, w_k, scale)
+        ln = model.blocks[0].ln1
+        sigma = torch.sqrt((x + p).var(-1, unbiased=False, keepdim=True) + ln.eps)   # (N, 1)
+        xn = ln.weight * (x - x.mean(-1, keepdim=True)) / sigma                  # (N, D)
+        pn = ln.weight * (p - p.mean(-1, keepdim=True)) / sigma
+        terms = four_terms(xn, pn, w_q, w_k, scale)
+        qb, kb = ln.bias @ w_q, ln.bias @ w_k                                    # (d_h,) each
+        q, k = (xn + pn) @ w_q, (xn + pn) @ w_k                                  # (N, d_h) each
+        terms["layer-norm shift"] = (q @ kb[:, None] + (qb @ k.T)[None, :] + qb @ kb) * scale
+        return terms
 
 
 @register("tupe")
