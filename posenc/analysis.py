@@ -10,6 +10,7 @@ import math
 import numbers
 import re
 import random
+import statistics
 from dataclasses import dataclass
 
 from .table import Table
@@ -123,7 +124,10 @@ def central(draws, *, level: float = 0.95) -> tuple:
     """The percentile interval holding the middle `level` of `draws` (resampled statistics): the values
     at ranks floor((1 - level)/2 * (n - 1)) and ceil((1 + level)/2 * (n - 1)) of the sorted draws.
     A rank within 1e-9 of an integer is that integer: (1 - 0.9)/2 * 100 is 4.999... in floats, rank 5."""
+    _check_level(level)
     draws = sorted(draws)
+    if not draws:
+        raise ValueError("draws is empty: no interval")
     n = len(draws)
     low, high = (1 - level) / 2 * (n - 1), (1 + level) / 2 * (n - 1)
     return draws[int(math.floor(low + 1e-9))], draws[int(math.ceil(high - 1e-9))]
@@ -150,13 +154,27 @@ def bootstrap_coverage(n_seeds: int, *, trials: int = 1000, level: float = 0.95,
 
 
 def smooth(history: list, window: int = 3) -> list[tuple[int, float]]:
-    """(step, running mean of the last `window` logged losses) along a training history."""
+    """(step, running mean of the last `window` logged losses) along a training history.
+
+    A NaN loss is an error naming its step: it would poison the next `window` means, and a run that
+    went on to reach a target would read as one that never did."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive int; got {window!r}")
     losses = [h["loss"] for h in history]
+    nan = next((h["step"] for h in history if math.isnan(h["loss"])), None)
+    if nan is not None:
+        raise ValueError(f"history holds a NaN loss at step {nan}: no running mean")
     return [(h["step"], mean(losses[max(0, i - window + 1): i + 1])) for i, h in enumerate(history)]
 
 
 def steps_to_reach(history: list, target: float, window: int = 3) -> float:
-    """First logged step whose smoothed training loss is <= target; inf if never (TUPE's Figure 5(a) measure)."""
+    """First logged step whose smoothed training loss is <= target; inf if never (TUPE's Figure 5(a) measure).
+
+    An empty history or a target that is not a finite number is an error: either would read as "never"."""
+    if not history:
+        raise ValueError("history is empty: no step to reach the target at")
+    if isinstance(target, bool) or not isinstance(target, numbers.Real) or not math.isfinite(target):
+        raise ValueError(f"target must be a finite number; got {target!r}")
     return next((step for step, loss in smooth(history, window) if loss <= target), math.inf)
 
 
@@ -193,9 +211,10 @@ def plateau_table(rows: Table, histories: dict, entropy: float, *, by: str = "mo
     out = Table()
     for name in dict.fromkeys(rows.column(by)):
         sub = rows.where(**{by: name})
-        steps = sorted(left_plateau_step(histories[(name, r["seed"])], drop, plateau=plateau) for r in sub)
-        out.append({by: name, "seeds_below_H": sum(r["mlm"] < entropy - drop for r in sub), "seeds": len(sub),
-                    "mean_mlm": mean(sub.column("mlm")), "leave_step_median": steps[len(steps) // 2]})
+        steps = [left_plateau_step(histories[(name, r["seed"])], drop, plateau=plateau) for r in sub]
+        mlm = metric_values(sub, "mlm")
+        out.append({by: name, "seeds_below_H": sum(v < entropy - drop for v in mlm), "seeds": len(sub),
+                    "mean_mlm": mean(mlm), "leave_step_median": statistics.median(steps)})
     return out
 
 
@@ -218,7 +237,7 @@ def seed_gap(rows: Table, a: str, b: str, metric: str = "mlm", by: str = "model"
     it does not, None with a single seed (no spread to compare with).
     """
     rows = Table(rows)
-    va, vb = rows.where(**{by: a}).column(metric), rows.where(**{by: b}).column(metric)
+    va, vb = metric_values(rows.where(**{by: a}), metric), metric_values(rows.where(**{by: b}), metric)
     if not va or not vb:
         raise ValueError(f"no rows with {by}={a!r} and {by}={b!r}")
     gap = mean(vb) - mean(va)
@@ -344,15 +363,39 @@ def beyond_scores(rows: Table, *, threshold: float = 0.9) -> tuple[dict, dict]:
     scores = {}
     for t in [t for t in tasks if t == "lm" or at_l[t] >= threshold]:
         metric = "bpc" if t == "lm" else "accuracy"
-        scores[t] = {s: mean(r[metric] for r in rows.where(task=t, scheme=s) if r["x_train"] > 1) for s in schemes}
+        scores[t] = {s: mean(metric_values([r for r in rows.where(task=t, scheme=s) if r["x_train"] > 1], metric))
+                     for s in schemes}
     return scores, at_l
 
 
+def _same_schemes(schemes_by_task: dict) -> list:
+    """The schemes of the first task, once every task is checked to hold exactly those (a ValueError naming the
+    task and the schemes it lacks or adds): a scheme missing from one task would leave that task's ranks wrong."""
+    tasks = list(schemes_by_task)
+    if not tasks:
+        raise ValueError("scores must hold at least one task")
+    first = list(schemes_by_task[tasks[0]])
+    for t in tasks[1:]:
+        have = set(schemes_by_task[t])
+        if have != set(first):
+            raise ValueError(f"task {t!r} must rank the schemes of task {tasks[0]!r}: it lacks "
+                             f"{sorted(set(first) - have)} and adds {sorted(have - set(first))}")
+    return first
+
+
+def tied_ranks(values: dict, *, higher_is_better: bool = True) -> dict:
+    """{key: 1 + the number of keys strictly better}: tied keys share the best rank of their tie (1, 1, 3),
+    so a rank never depends on the order of the input."""
+    sign = 1 if higher_is_better else -1
+    return {k: 1 + sum(sign * w > sign * v for w in values.values()) for k, v in values.items()}
+
+
 def mean_reciprocal_rank(scores: dict, lower_is_better=("lm",)) -> Table:
-    """Kazemnejad et al.'s summary: rank schemes on each task, average 1/rank over tasks (MRR), best first."""
-    schemes = list(next(iter(scores.values())))
-    ranks = {t: {s: r for r, s in enumerate(sorted(schemes, key=lambda s: sc[s] if t in lower_is_better else -sc[s]), 1)}
-             for t, sc in scores.items()}
+    """Kazemnejad et al.'s summary: rank schemes on each task, average 1/rank over tasks (MRR), best first.
+
+    Every task must score the same schemes; tied scores share the best rank of their tie (`tied_ranks`)."""
+    schemes = _same_schemes({t: list(sc) for t, sc in scores.items()})
+    ranks = {t: tied_ranks(sc, higher_is_better=t not in lower_is_better) for t, sc in scores.items()}
     return Table(sorted(({"scheme": s, **{f"{t} (beyond L)": scores[t][s] for t in scores},
                           **{f"rank {t}": ranks[t][s] for t in scores},
                           "MRR": mean(1 / ranks[t][s] for t in scores)} for s in schemes), key=lambda r: -r["MRR"]))
@@ -362,7 +405,8 @@ def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000
                   lower_is_better=("lm",)) -> Table:
     """How far seed noise moves the MRR ranking: one row per scheme with its MRR over `tasks`
     (`mean_reciprocal_rank` of the mean over seeds), the percentile bootstrap interval of that MRR
-    at `level`, and the best and worst place in the MRR order that the middle `level` of resamples give.
+    at `level`, and the best and worst place in the MRR order that the middle `level` of resamples give
+    (tied MRRs share the best place of their tie). Every task must hold the same schemes.
 
     Each resample draws, for every task, its seeds with replacement, paired across schemes (the
     schemes of one task share seeds, hence data), and recomputes every score as the mean over the
@@ -376,9 +420,10 @@ def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000
     unknown = [t for t in tasks if not rows.where(task=t)]
     if unknown:
         raise ValueError(f"tasks {unknown} have no rows; rows hold {list(dict.fromkeys(rows.column('task')))}")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be at least 1; got {n_boot!r}")
-    schemes = list(dict.fromkeys(rows.where(task=tasks[0]).column("scheme")))
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot must be an int of at least 1; got {n_boot!r}")
+    _check_level(level)
+    schemes = _same_schemes({t: list(dict.fromkeys(rows.where(task=t).column("scheme"))) for t in tasks})
     beyond = [x for x in set(rows.column("x_train")) if x > 1]
     by_seed = {t: {s: per_seed(rows, "bpc" if t in lower_is_better else "accuracy", x_train=beyond, task=t, scheme=s)
                    for s in schemes} for t in tasks}   # {task: {scheme: {seed: score beyond L}}}
@@ -396,10 +441,10 @@ def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000
     mrrs, places = {s: [] for s in schemes}, {s: [] for s in schemes}
     for _ in range(n_boot):
         m = mrr_of({t: [rng.choice(seeds[t]) for _ in seeds[t]] for t in tasks})
-        order = sorted(schemes, key=lambda s: -m[s])
+        place = tied_ranks(m)                              # tied MRRs share a place
         for s in schemes:
             mrrs[s].append(m[s])
-            places[s].append(order.index(s) + 1)
+            places[s].append(place[s])
     return Table({"scheme": s, "MRR": point[s], "MRR interval": list(central(mrrs[s], level=level)),
                   "places": list(central(places[s], level=level))} for s in sorted(schemes, key=lambda s: -point[s]))
 
@@ -415,7 +460,7 @@ def written(x: float, fmt: str = "{:.3f}") -> str:
 def with_interval(values, fmt: str = "{:.3f}") -> str:
     """'mean [low, high]': the mean of `values` (one per seed) and its 95% bootstrap interval
     (`bootstrap_ci`), each written with `fmt` (`written`). The book's tables write every interval so."""
-    values = list(values)
+    values = effect_values(values)
     lo, hi = bootstrap_ci(values)
     return f"{written(mean(values), fmt)} [{written(lo, fmt)}, {written(hi, fmt)}]"
 
@@ -500,7 +545,8 @@ def findings_summary(table: Table) -> str:
     flat = [r["scheme"] for r in rows if num(r, "8L / L") <= 1.01]
     worst = max(rows, key=lambda r: num(r, "8L / L"))
     by_mrr = sorted((r for r in rows if r["MRR"] != ""), key=lambda r: -r["MRR"])
-    nope_rank = [r["scheme"] for r in by_mrr].index("nope") + 1 if any(r["scheme"] == "nope" for r in by_mrr) else None
+    nope = next((r for r in by_mrr if r["scheme"] == "nope"), None)
+    nope_rank = tied_ranks({r["scheme"]: r["MRR"] for r in by_mrr})["nope"] if nope else None
     text = (f"At the training length the best language models are {best[0]['scheme']} and {best[1]['scheme']} "
             f"({num(best[0], 'bpc at L'):.3f} and {num(best[1], 'bpc at L'):.3f} bits per character). "
             f"From L to 8L, {', '.join(flat) or 'no scheme'} {'ends' if len(flat) < 2 else 'end'} at most 1% above "
@@ -512,7 +558,7 @@ def findings_summary(table: Table) -> str:
         text += (f" On length generalisation (mean reciprocal rank over the tasks some scheme learned"
                  f"{'' if len(by_mrr) == len(rows) else f', the {len(by_mrr)} schemes ranked'}) "
                  f"{by_mrr[0]['scheme']} ranks first{span(by_mrr[0])}")
-        text += f" and NoPE {nope_rank} of {len(by_mrr)}{span(by_mrr[nope_rank - 1])}." if nope_rank else "."
+        text += f" and NoPE {nope_rank} of {len(by_mrr)}{span(nope)}." if nope else "."
     if all("step / NoPE" in r for r in rows):
         cheap = sorted((r for r in rows if r["scheme"] != "nope"), key=lambda r: r["step / NoPE"])
         text += (f" A training step costs from {cheap[0]['step / NoPE']:.2f}x NoPE's ({cheap[0]['scheme']}) to "

@@ -225,8 +225,9 @@ def test_findings_table_and_summary_follow_the_rows():
     assert [r["scheme"] for r in table] == ["a", "b", "nope"] and table[0]["bpc at L"].startswith("3.010 [")
     text = findings_summary(table)
     assert "a and b" in text and "b degrades most (1.30x)" in text and "1.10x NoPE's (b)" in text
-    assert [r["MRR places"] for r in table] == ["1", "2", "3"]          # no seed swaps an order this far apart
-    assert "a ranks first (place 1 under seed noise) and NoPE 3 of 3 (place 3 under seed noise)." in text
+    # b and NoPE tie on MRR (each second on one task, third on the other): they share place 2 in every resample
+    assert [r["MRR places"] for r in table] == ["1", "2", "2"]
+    assert "a ranks first (place 1 under seed noise) and NoPE 2 of 3 (place 2 under seed noise)." in text
     ranked_elsewhere = findings(rows, mrr={"b": 1.0, "nope": 0.5})     # a suite that trained b and NoPE only
     assert [r["MRR"] for r in ranked_elsewhere] == ["", 1.0, 0.5]
     text = findings_summary(ranked_elsewhere)
@@ -531,3 +532,90 @@ def test_the_plateau_sentence_names_the_models_with_no_seed_below_the_plateau():
     assert text.startswith("At this tier A, C end on the unigram plateau") and "H = 3.214 nats" in text
     assert "it has" in plateau_sentence(plateau.where(model="A"), 3.0)
     assert plateau_sentence(plateau.where(model="B"), 3.0) == ""
+
+
+def test_tied_scores_share_a_rank_whatever_the_order_of_the_input():
+    from posenc.analysis import mean_reciprocal_rank, tied_ranks
+    assert tied_ranks({"a": 1.0, "b": 1.0, "c": 0.5}) == {"a": 1, "b": 1, "c": 3}
+    assert tied_ranks({"a": 2.0, "b": 2.0, "c": 3.0}, higher_is_better=False) == {"a": 1, "b": 1, "c": 3}
+    one = mean_reciprocal_rank({"copy": {"a": 1.0, "b": 1.0, "c": 0.5}, "lm": {"a": 2.0, "b": 2.1, "c": 2.2}})
+    other = mean_reciprocal_rank({"copy": {"b": 1.0, "a": 1.0, "c": 0.5}, "lm": {"b": 2.1, "a": 2.0, "c": 2.2}})
+    mrr = lambda t: {r["scheme"]: r["MRR"] for r in t}
+    assert mrr(one) == mrr(other) == {"a": 1.0, "b": 0.75, "c": 1 / 3}
+    assert one[0]["rank copy"] == one[1]["rank copy"] == 1
+
+
+def test_mean_reciprocal_rank_refuses_tasks_that_rank_different_schemes():
+    from posenc.analysis import mean_reciprocal_rank, mrr_bootstrap
+    with pytest.raises(ValueError, match=r"task 't2'.*lacks \[\] and adds \['z'\]"):
+        mean_reciprocal_rank({"t1": {"a": 1.0, "b": 0.0}, "t2": {"a": 0.2, "b": 0.1, "z": 0.9}})
+    rows = Table({"scheme": s, "task": t, "seed": 0, "x_train": 2.0, "accuracy": 0.5}
+                 for t, schemes in (("copy", "ab"), ("kback", "abz")) for s in schemes)
+    for tasks in (["copy", "kback"], ["kback", "copy"]):            # either order: the same error
+        with pytest.raises(ValueError, match="must rank the schemes"):
+            mrr_bootstrap(rows, tasks)
+    with pytest.raises(ValueError, match="level"):
+        mrr_bootstrap(rows.where(task="copy"), ["copy"], level=95)
+    with pytest.raises(ValueError, match="level"):
+        central([1.0, 2.0], level=-0.5)
+
+
+def test_mrr_bootstrap_gives_schemes_tied_on_every_seed_one_place():
+    from posenc.analysis import mrr_bootstrap
+    rows = Table({"scheme": s, "task": "copy", "seed": k, "x_train": 2.0, "accuracy": acc}
+                 for s, acc in (("a", 1.0), ("b", 1.0), ("c", 0.5)) for k in range(3))
+    places = {r["scheme"]: r["places"] for r in mrr_bootstrap(rows, ["copy"], n_boot=50)}
+    assert places == {"a": [1, 1], "b": [1, 1], "c": [3, 3]}
+
+
+def test_with_interval_reads_a_seed_dict_by_its_values():
+    from posenc.analysis import with_interval
+    assert with_interval({0: 1.5, 1: 1.6, 2: 1.7}) == with_interval([1.5, 1.6, 1.7]) == "1.600 [1.500, 1.700]"
+
+
+def test_nan_is_an_error_in_every_summary_not_a_silent_value():
+    from posenc.analysis import beyond_scores, seed_gap
+    nan = float("nan")
+    with pytest.raises(ValueError, match="NaN loss at step 100"):
+        smooth([{"step": 50, "loss": 5.0}, {"step": 100, "loss": nan}, {"step": 150, "loss": 0.1}])
+    with pytest.raises(ValueError, match="window"):
+        smooth([{"step": 50, "loss": 5.0}], window=0)
+    rows = Table([{"model": m, "seed": k, "mlm": v} for m, k, v in (("a", 0, 3.0), ("a", 1, nan), ("b", 0, 2.0),
+                                                                    ("b", 1, 2.1))])
+    with pytest.raises(ValueError, match="NaN"):
+        seed_gap(rows, "a", "b")
+    flat = [{"step": s, "loss": 4.0} for s in (50, 100, 150)]
+    with pytest.raises(ValueError, match="NaN"):
+        plateau_table(rows, {(m, k): flat for m in "ab" for k in (0, 1)}, 3.2, plateau=3.9)
+    scored = Table([{"scheme": s, "task": "kback", "seed": 0, "x_train": x, "accuracy": nan if x > 1 and s == "a"
+                     else 0.95} for s in "ab" for x in (1.0, 2.0)])
+    with pytest.raises(ValueError, match="NaN"):
+        beyond_scores(scored)
+
+
+def test_steps_to_reach_refuses_what_would_read_as_never():
+    history = [{"step": 50, "loss": 5.0}, {"step": 100, "loss": 0.1}, {"step": 150, "loss": 0.1}]
+    assert steps_to_reach(history, 2.0) == 150 and steps_to_reach(history, 0.01) == math.inf   # (5 + 0.1 + 0.1) / 3
+    with pytest.raises(ValueError, match="history is empty"):
+        steps_to_reach([], 1.0)
+    for target in (float("nan"), math.inf, None):
+        with pytest.raises(ValueError, match="target must be a finite number"):
+            steps_to_reach(history, target)
+
+
+def test_plateau_table_takes_the_median_of_an_even_number_of_seeds():
+    rows = Table([{"model": "m", "seed": k, "mlm": 3.0} for k in range(4)])
+    histories = {("m", k): [{"step": s, "loss": 4.0 - (0.5 if s >= leave else 0.0)} for s in range(50, 1001, 50)]
+                 for k, leave in enumerate((300, 500, 700, 900))}
+    assert plateau_table(rows, histories, 3.2, plateau=3.9)[0]["leave_step_median"] == 600
+
+
+def test_a_claim_never_reached_is_stored_as_strict_json_and_read_back_as_inf(tmp_path):
+    band = Band(0.2, 0.45, null=1.0)
+    posenc.record_claim("00_x", "paper", "c", [0.4, math.inf, math.inf], band, effect="steps", results_dir=tmp_path)
+    text = (tmp_path / "paper" / "claims" / "00_x.json").read_text()
+    strict = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert strict["c"]["interval"][1] == "inf"
+    from posenc.runs.profiles import load_claims
+    (rec,) = load_claims("paper", tmp_path)
+    assert rec["interval"][1] == math.inf and rec["interval"][0] == pytest.approx(0.4)

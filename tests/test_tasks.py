@@ -307,3 +307,27 @@ def test_scoring_runs_in_eval_mode_and_gives_the_model_back_in_its_own_mode(task
     with torch.no_grad():                                              # the dropout is real: training mode differs
         x = torch.randint(4, task.vocab_size, (2, 12))
         assert not torch.equal(model.train()(x), model.eval()(x))
+
+
+def test_task_arguments_out_of_range_are_named_not_taken():
+    """A test fraction outside (0, 1), a percentage given as a mask fraction, a fractional document stride,
+    and a sentence length of 0 (which `or` would have read as the default) each raise, naming the argument."""
+    from posenc.tasks.corpus import CharCorpus
+    from posenc.tasks.digits import DigitsTask
+    from posenc.tasks.order import ContrastTask
+    for bad in (-0.25, 0, 1.5):
+        with pytest.raises(ValueError, match="test_fraction"):
+            DigitsTask(16, test_fraction=bad)
+    with pytest.raises(ValueError, match="max_shift"):
+        DigitsTask(16, max_shift=-1)
+    text = "\f".join("abcdefgh" * 10 for _ in range(10))
+    with pytest.raises(ValueError, match="mask_prob"):
+        CharCorpus(text, mask_prob=15)
+    with pytest.raises(ValueError, match="valid_every"):
+        CharCorpus(text, valid_every=2.5)
+    with pytest.raises(ValueError, match=r"max_tokens=100"):
+        CharCorpus(text, valid_every=2).eval_chunks(128, max_tokens=100)
+    task = ContrastTask()
+    for bad in (0, 4):
+        with pytest.raises(ValueError, match="length must be None or an int >= 5"):
+            task.sentence(1, torch.Generator().manual_seed(0), length=bad)

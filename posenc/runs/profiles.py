@@ -7,6 +7,7 @@ Claims live beside the runs: `results/<profile>/claims/<chapter>.json`, written 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -77,10 +78,31 @@ def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: boo
     if not (holds in RULE_VERDICTS or (not isinstance(holds, str) and holds in VERDICTS)):
         raise ValueError(f"holds must be True, False, None or one of {RULE_VERDICTS}; got {holds!r}")
     path = _claims_path(profile, chapter, results_dir)
-    claims = _read_json(path) if path.exists() else {}
+    claims = _read_claims(path) if path.exists() else {}
     word = holds if isinstance(holds, str) else VERDICTS[holds]
     claims[claim] = {"measured": measured, "verdict": word, "why": why, **evidence}
-    atomic_write(path, json.dumps(claims, indent=1) + "\n")
+    atomic_write(path, json.dumps(_strict(claims), indent=1, allow_nan=False) + "\n")
+
+
+def _strict(obj):
+    """`obj` with every infinite float written as the string "inf" or "-inf" (a step count never reached gives
+    one), so that the file is JSON every parser reads; `_read_claims` turns them back into floats."""
+    if isinstance(obj, float) and math.isinf(obj):
+        return "inf" if obj > 0 else "-inf"
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
+def _read_claims(path: Path) -> dict:
+    """A claims file as `save_claim` wrote it, each interval's "inf" or "-inf" read back as a float."""
+    claims = _read_json(path)
+    for rec in claims.values():
+        if isinstance(rec.get("interval"), list):
+            rec["interval"] = [float(v) if v in ("inf", "-inf") else v for v in rec["interval"]]
+    return claims
 
 
 def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}") -> dict:
@@ -120,7 +142,7 @@ def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dic
         raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}")
     folder = (results_root() if results_dir is None else Path(results_dir)) / profile / "claims"
     return [{"chapter": f.stem, "claim": claim, **rec} for f in sorted(folder.glob("*.json"))
-            for claim, rec in _read_json(f).items()]
+            for claim, rec in _read_claims(f).items()]
 
 
 def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = None):
@@ -128,5 +150,5 @@ def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = 
     shows after recording them, and what the comparison chapter's claims table collects."""
     from ..table import Table
     path = _claims_path(profile, chapter, results_dir)
-    claims = _read_json(path) if path.exists() else {}
+    claims = _read_claims(path) if path.exists() else {}
     return Table({"verdict": r["verdict"], "claim": c, "measured": r["measured"]} for c, r in claims.items())

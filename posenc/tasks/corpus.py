@@ -66,8 +66,10 @@ class CharCorpus:
             raise ValueError("text must be a non-empty str (documents separated by form feeds)")
         if not isinstance(self.train_length, int) or isinstance(self.train_length, bool) or self.train_length < 1:
             raise ValueError(f"train_length must be a positive int; got {self.train_length!r}")
-        if self.valid_every < 2:
-            raise ValueError(f"valid_every must be >= 2; got {self.valid_every}")
+        if isinstance(self.valid_every, bool) or not isinstance(self.valid_every, int) or self.valid_every < 2:
+            raise ValueError(f"valid_every must be an int >= 2; got {self.valid_every!r}")
+        if isinstance(self.mask_prob, bool) or not isinstance(self.mask_prob, (int, float)) or not 0 <= self.mask_prob <= 1:
+            raise ValueError(f"mask_prob must be a fraction in [0, 1] (0.15 masks 15%); got {self.mask_prob!r}")
         docs = self.text.split(DOC_SEP)
         train = DOC_SEP.join(d for i, d in enumerate(docs) if i % self.valid_every)
         valid = DOC_SEP.join(d for i, d in enumerate(docs) if not i % self.valid_every)
@@ -146,7 +148,8 @@ class CharCorpus:
         usable = len(self.valid_ids) - 1 if max_tokens is None else min(max_tokens, len(self.valid_ids) - 1)
         n = usable // length
         if n < 1:
-            raise ValueError(f"validation text ({len(self.valid_ids)} chars) is shorter than length={length}")
+            limit = "" if max_tokens is None or max_tokens >= len(self.valid_ids) - 1 else f" (max_tokens={max_tokens})"
+            raise ValueError(f"the validation text scored ({usable} chars{limit}) is shorter than length={length}")
         ids = self.valid_ids[: n * length + 1]
         return ids[:-1].view(n, length), ids[1:].view(n, length)
 

@@ -24,6 +24,10 @@ class DigitsTask:
     def __init__(self, image_size: int = 16, *, test_fraction: float = 0.25, split_seed: int = 0, max_shift: int = 0):
         if not isinstance(image_size, int) or image_size < 8:
             raise ValueError(f"image_size must be an int >= 8; got {image_size!r}")
+        if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
+            raise ValueError(f"test_fraction must be a number in (0, 1); got {test_fraction!r}")
+        if isinstance(max_shift, bool) or not isinstance(max_shift, int) or not 0 <= max_shift < image_size:
+            raise ValueError(f"max_shift must be an int in [0, image_size={image_size}); got {max_shift!r}")
         from sklearn.datasets import load_digits  # ships with scikit-learn, no download
         digits = load_digits()
         x = torch.tensor(digits.images, dtype=torch.float32)[:, None] / 16.0    # (1797, 1, 8, 8)

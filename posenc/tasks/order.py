@@ -75,7 +75,9 @@ class ContrastTask:
 
     def sentence(self, label: int, g: torch.Generator, length: int | None = None) -> list[int]:
         """One sentence whose after-"but" phrase has polarity `label`."""
-        length = length or self.length
+        length = self.length if length is None else length
+        if isinstance(length, bool) or not isinstance(length, int) or length < 5:
+            raise ValueError(f"length must be None or an int >= 5; got {length!r}")
         phrases = []
         for effective in (1 - label, label):                                   # A, then B
             negated = self.negation and bool(torch.randint(2, (1,), generator=g))

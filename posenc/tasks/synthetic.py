@@ -34,8 +34,10 @@ reading the columns just before, as far back as a run of 9s goes. `parity` label
 prefix of a bit string. `scan` is a generated command language in the spirit of
 SCAN (Lake & Baroni 2018): n phrases "verb direction count" (verb in jump, walk, run,
 look; direction in forward, left, right; count in once, twice, thrice) map to the
-action sequence, each phrase's [turn] ACTION repeated count times, padded with PAD
-targets to 6 actions per phrase; n is the number of phrases.
+action sequence, each phrase's [turn] ACTION repeated count times; n is the number of
+phrases. The answer is padded at its end with PAD targets to 6 actions per phrase, and those
+are scored too (where the answer ends): a model that predicts PAD everywhere scores about
+0.44, the floor that scan's accuracies are read against.
 """
 from __future__ import annotations
 
