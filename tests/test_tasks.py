@@ -139,8 +139,29 @@ def test_scan_against_a_word_level_interpreter():
         for verb, direction, count in zip(command[0::3], command[1::3], command[2::3]):
             turn = {"forward": [], "left": ["LTURN"], "right": ["RTURN"]}[direction]
             want += (turn + [verb.upper()]) * {"once": 1, "twice": 2, "thrice": 3}[count]
-        got = [SCAN_ACTIONS[t - 14] for t in ans.tolist() if t != 0]
-        assert got == want and (ans[len(want):] == 0).all()
+        got = [SCAN_ACTIONS[t - 14] for t in ans.tolist() if t not in (0, IGNORE)]
+        assert got == want
+        if len(want) < 6 * n:                       # the answer's end is one PAD target; what follows is not scored
+            assert ans[len(want)] == 0 and (ans[len(want) + 1:] == IGNORE).all()
+
+
+def test_scan_scores_the_end_of_the_answer_not_its_padding():
+    """A model that predicts PAD everywhere gets only the ends of the answers right: one target per sample, about
+    1/(mean answer length + 1) of them, where scoring every PAD gave it 0.44."""
+    task = SyntheticTask("scan", train_length=8)
+
+    class OnlyPad(torch.nn.Module):
+        causal = True
+
+        def forward(self, x):
+            out = torch.full((*x.shape, task.vocab_size), -1.0)
+            out[..., 0] = 1.0                                                  # PAD everywhere
+            return out
+    acc = task.evaluate(OnlyPad(), 8)["accuracy"]
+    x, y = task.batch(256, 8, gen(), causal=True)
+    answers = (y != IGNORE).sum(1).float()                                    # actions + 1 end per sample
+    assert (y == 0).sum(1).le(1).all() and 0.02 < acc < 0.1
+    assert abs(acc - 1 / float(answers.mean())) < 0.02
 
 
 def test_train_batches_draw_lengths_up_to_L_and_are_reproducible():

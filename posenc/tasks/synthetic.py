@@ -35,9 +35,10 @@ prefix of a bit string. `scan` is a generated command language in the spirit of
 SCAN (Lake & Baroni 2018): n phrases "verb direction count" (verb in jump, walk, run,
 look; direction in forward, left, right; count in once, twice, thrice) map to the
 action sequence, each phrase's [turn] ACTION repeated count times; n is the number of
-phrases. The answer is padded at its end with PAD targets to 6 actions per phrase, and those
-are scored too (where the answer ends): a model that predicts PAD everywhere scores about
-0.44, the floor that scan's accuracies are read against.
+phrases. The answer is padded at its end with PAD to 6 actions per phrase; its first PAD is a
+target (the model must say where the answer ends) and the rest are not, so that a model that
+predicts PAD everywhere scores what the answers' ends are worth, not the 0.44 that scoring every
+PAD gave.
 """
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ class SyntheticTask:
         if self.name in LABELLING:
             bos = torch.full((batch_size, 1), BOS)
             return torch.cat([bos, src], 1), torch.cat([torch.full_like(bos, IGNORE), out], 1)
-        return seq2seq(src, out, causal)
+        x, y = seq2seq(src, out, causal)
+        return (x, up_to_the_end(y)) if self.name == "scan" else (x, y)
 
     @scoring
     def evaluate(self, model, length: int, *, n_samples: int = 256, batch_size: int = 128,
@@ -153,6 +155,14 @@ class SyntheticTask:
         hit = ((model(x.to(device)).argmax(-1) == y) & asked).sum(0).float()
         keep = asked.any(0)
         return (hit[keep] / asked.sum(0)[keep]).tolist()
+
+
+def up_to_the_end(targets: Tensor) -> Tensor:
+    """`targets` [B, T] with every PAD after a row's first one set to IGNORE: an answer padded to a fixed
+    width is scored up to and including its end, not on the padding that follows (which any model that
+    knows where the answer ends, or that predicts PAD everywhere, gets right)."""
+    pad = targets == PAD
+    return targets.masked_fill(pad & (pad.cumsum(1) > 1), IGNORE)
 
 
 def seq2seq(src: Tensor, ans: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
