@@ -352,3 +352,20 @@ def test_task_arguments_out_of_range_are_named_not_taken():
     for bad in (0, 4):
         with pytest.raises(ValueError, match="length must be None or an int >= 5"):
             task.sentence(1, torch.Generator().manual_seed(0), length=bad)
+
+
+def test_accuracy_by_position_keeps_entry_i_at_item_i():
+    """kback asks nothing about its first k items: their entries are NaN, so entry i is still item i; an
+    oracle scores 1 at every item it is asked about. A seq2seq task gives one entry per answer slot."""
+    task = SyntheticTask("kback", train_length=8, k=2)
+
+    class Oracle(torch.nn.Module):
+        causal = True
+
+        def forward(self, x):
+            _, y = task.batch(x.shape[0], x.shape[1] - 1, torch.Generator().manual_seed(100003 * 0 + 8), True)
+            return F.one_hot(y.clamp(min=0), task.vocab_size).float()
+    acc = task.accuracy_by_position(Oracle(), 8)
+    assert len(acc) == 8 and all(math.isnan(a) for a in acc[:2]) and acc[2:] == [1.0] * 6
+    copy = SyntheticTask("copy", train_length=8)
+    assert len(copy.accuracy_by_position(small_model("nope"), 5)) == 5

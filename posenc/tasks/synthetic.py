@@ -148,13 +148,17 @@ class SyntheticTask:
     @scoring
     def accuracy_by_position(self, model, length: int, *, n_samples: int = 256, seed: int = 0,
                              device=None) -> list:
-        """Accuracy at each target slot (item index for labelling tasks, answer index otherwise)."""
+        """Accuracy at each target slot (item index for labelling tasks, answer index otherwise), NaN at a slot
+        that no sample asks about (kback's first k items, scan's padding), so that entry i is slot i."""
         x, y = self.batch(n_samples, length, torch.Generator().manual_seed(seed * 100003 + length), model.causal)
         y = y.to(device)
         asked = y != IGNORE
         hit = ((model(x.to(device)).argmax(-1) == y) & asked).sum(0).float()
-        keep = asked.any(0)
-        return (hit[keep] / asked.sum(0)[keep]).tolist()
+        per_slot = hit / asked.sum(0).clamp(min=1)
+        per_slot[~asked.any(0)] = float("nan")
+        if self.name in LABELLING:
+            return per_slot[1:].tolist()                                        # item i sits at slot i + 1, after [BOS]
+        return per_slot[int(asked.any(0).nonzero()[0]):].tolist()               # from the answer's first slot
 
 
 def up_to_the_end(targets: Tensor) -> Tensor:
