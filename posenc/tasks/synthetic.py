@@ -125,8 +125,7 @@ class SyntheticTask:
         if self.name in LABELLING:
             bos = torch.full((batch_size, 1), BOS)
             return torch.cat([bos, src], 1), torch.cat([torch.full_like(bos, IGNORE), out], 1)
-        x, y = seq2seq(src, out, causal)
-        return (x, up_to_the_end(y)) if self.name == "scan" else (x, y)
+        return seq2seq(src, out, causal)
 
     @scoring
     def evaluate(self, model, length: int, *, n_samples: int = 256, batch_size: int = 128,
@@ -170,11 +169,12 @@ def up_to_the_end(targets: Tensor) -> Tensor:
 
 
 def seq2seq(src: Tensor, ans: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
-    """[BOS] src [SEP] ans, shifted for a causal model or with masked answers otherwise."""
+    """[BOS] src [SEP] ans, shifted for a causal model or with masked answers otherwise. An answer padded to a
+    fixed width (scan's) is a target up to its first PAD, its end (`up_to_the_end`)."""
     B, n, m = src.shape[0], src.shape[1], ans.shape[1]
     seq = torch.cat([torch.full((B, 1), BOS), src, torch.full((B, 1), SEP), ans], 1)  # (B, n+m+2)
     tgt = torch.full_like(seq, IGNORE)
-    tgt[:, n + 2:] = ans
+    tgt[:, n + 2:] = up_to_the_end(ans)
     if causal:
         return seq[:, :-1], tgt[:, 1:]
     seq[:, n + 2:] = MASK
