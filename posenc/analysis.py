@@ -685,6 +685,25 @@ def offset_profile(logits, max_offset: int):
     return torch.stack([probs.diagonal(o, dim1=-2, dim2=-1).mean(-1) for o in range(-max_offset, max_offset + 1)], -1)
 
 
+def cls_attention_share(model, tokens, start: int) -> list[float]:
+    """Per layer, the share of the attention [CLS] gives the window's tokens that goes to those from index
+    `start` on, its weight on itself left out: sum_{j >= start} a_[CLS],1+j / sum_{j >= 0} a_[CLS],1+j, averaged
+    over the batch and the heads. tokens: [B, L] without [CLS]; the model needs cls_token=True. Attention spread
+    evenly over the window gives (L - start) / L."""
+    if getattr(model, "cls", None) is None:
+        raise ValueError("model needs cls_token=True (a [CLS] row to read)")
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens must be [batch, length]; got {tuple(tokens.shape)}")
+    if not isinstance(start, int) or not 0 <= start < tokens.shape[1]:
+        raise ValueError(f"start must be an int in [0, length={tokens.shape[1]}); got {start!r}")
+    was_training = model.training
+    try:
+        maps = model.eval().attention_maps(tokens)                          # each (B, H, 1 + L, 1 + L)
+    finally:
+        model.train(was_training)
+    return [(a[:, :, 0, 1 + start:].sum(-1) / a[:, :, 0, 1:].sum(-1)).mean().item() for a in maps]
+
+
 def head_kind(profile, *, window: int = 2) -> str:
     """One head's kind from its `offset_profile` row p(o), o = -m..m:
 

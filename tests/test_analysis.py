@@ -619,3 +619,25 @@ def test_a_claim_never_reached_is_stored_as_strict_json_and_read_back_as_inf(tmp
     from posenc.runs.profiles import load_claims
     (rec,) = load_claims("paper", tmp_path)
     assert rec["interval"][1] == math.inf and rec["interval"][0] == pytest.approx(0.4)
+
+
+def test_cls_attention_share_reads_the_cls_row():
+    """Of the attention [CLS] gives the window, the share from `start` on: on identical tokens a model without
+    positions spreads it evenly, (L - start) / L; from 0 it is all of it; bad arguments are named."""
+    import torch
+    from posenc.analysis import cls_attention_share
+    torch.manual_seed(0)
+    model = posenc.build_model("nope", 20, causal=False, cls_token=True, num_classes=2, d_model=16, n_heads=2,
+                               n_layers=2, max_len=16).train()
+    assert cls_attention_share(model, torch.full((3, 12), 5), 4) == pytest.approx([8 / 12] * 2, abs=1e-6)
+    assert model.training                                                    # the mode it had
+    x = torch.randint(1, 20, (3, 12))
+    assert cls_attention_share(model, x, 0) == pytest.approx([1.0, 1.0], abs=1e-6)
+    maps = model.eval().attention_maps(x)
+    by_hand = (maps[1][:, :, 0, 7:].sum(-1) / (1 - maps[1][:, :, 0, 0])).mean().item()
+    assert cls_attention_share(model, x, 6)[1] == pytest.approx(by_hand, abs=1e-6)
+    with pytest.raises(ValueError, match="start"):
+        cls_attention_share(model, x, 12)
+    with pytest.raises(ValueError, match="cls_token"):
+        cls_attention_share(posenc.build_model("nope", 20, causal=False, d_model=16, n_heads=2, n_layers=1,
+                                               max_len=16), x, 2)

@@ -7,7 +7,7 @@ import torch
 
 import posenc
 from posenc.analysis import steps_to_reach
-from posenc.tasks.pretraining import MaskedLMWithCLS, loss_parts, pretraining_loss
+from posenc.tasks.pretraining import MaskedLMWithCLS, cls_logits, loss_parts, pretraining_loss
 from posenc.tasks import CharCorpus
 from posenc.tasks.synthetic import IGNORE
 from posenc.tupe import TUPE, cls_reset, four_terms
@@ -153,7 +153,7 @@ def test_label_one_means_continuation():
 
 
 def test_noise_tail_label_marks_a_replaced_tail():
-    text = "\f".join("".join(chr(65 + (i + j) % 26) for j in range(400)) for i in range(12))   # ABC...: next = +1
+    text = _consecutive_text()
     t = MaskedLMWithCLS(CharCorpus(text, train_length=16, mask_prob=0.5), cls_task="noise_tail")
     x, y = t.train_batch(300, torch.Generator().manual_seed(2))
     clean = x.clone()
@@ -263,6 +263,66 @@ def test_noise_tail_replaces_exactly_the_last_quarter():
     step = (x0[:, 1:12] - x0[:, :11]) % 26
     assert ((step == 1).all(1)).float().mean() > 0.9
     assert ((x0[:, 12:] - x0[:, 11:15]) % 26 != 1).float().mean() > 0.8
+
+
+def _consecutive_text():
+    return "\f".join("".join(chr(65 + (i + j) % 26) for j in range(400)) for i in range(12))   # ABC...: next = +1
+
+
+def test_shuffled_half_keeps_the_characters_and_changes_their_order():
+    """cls_task="shuffled_half": a swapped window (y = 0) holds the characters of an intact one, with its last L/2
+    in another order; the first half is untouched and the shuffled half leaves the MLM targets."""
+    t = MaskedLMWithCLS(CharCorpus(_consecutive_text(), train_length=16, mask_prob=0.0), cls_task="shuffled_half")
+    x, y = t.train_batch(400, torch.Generator().manual_seed(3))
+    intact, shuffled = y[:, 0] == 1, y[:, 0] == 0
+    assert 0.35 < intact.float().mean() < 0.65
+    first = ((x[:, 1:8] - x[:, :7]) % 26 == 1).all(1)                          # the first half is the text
+    assert first.float().mean() > 0.9                                          # (bar windows crossing a \f)
+    expected = (x[:, 7:8] + torch.arange(1, 9)) % 26                           # the text's next 8 characters
+    same_set = ((x[:, 8:] % 26).sort(1).values == expected.sort(1).values).all(1)
+    in_order = ((x[:, 8:] - x[:, 7:15]) % 26 == 1).all(1)
+    assert same_set[first].float().mean() > 0.95                               # a permutation of the text's half
+    text = first & same_set                                                    # windows within one document
+    assert in_order[text & intact].all() and not in_order[text & shuffled].any()     # ... never the text's order
+    mlm = MaskedLMWithCLS(CharCorpus(_consecutive_text(), train_length=16, mask_prob=1.0), swap_prob=1.0,
+                          cls_task="shuffled_half")
+    _, y1 = mlm.train_batch(64, torch.Generator().manual_seed(0))
+    assert (y1[:, 1:9] != IGNORE).all() and (y1[:, 9:] == IGNORE).all()         # only the first half is a target
+
+
+def test_shuffled_half_of_one_repeated_character_stays_intact():
+    """A half of one repeated character has a single order: its window keeps y = 1 even when drawn for a swap,
+    and every window labelled 0 differs from the text."""
+    text = "\f".join(("a" * 9 + "b" * 9) * 25 for _ in range(8))
+    t = MaskedLMWithCLS(CharCorpus(text, train_length=16, mask_prob=0.0), swap_prob=1.0, cls_task="shuffled_half")
+    x, y = t.train_batch(400, torch.Generator().manual_seed(1))
+    one = (x[:, 8:] == x[:, 8:9]).all(1)
+    assert one.any() and (~one).any()
+    assert (y[one, 0] == 1).all() and (y[~one, 0] == 0).all()
+    t0 = MaskedLMWithCLS(CharCorpus(text, train_length=16, mask_prob=0.0), swap_prob=0.0, cls_task="shuffled_half")
+    x0, _ = t0.train_batch(400, torch.Generator().manual_seed(1))            # the same draws, nothing swapped
+    assert (x[~one] != x0[~one]).any(1).all()                                  # e.g. aaaabbbb never stays as it was
+
+
+def test_no_position_no_shuffled_half():
+    """Without positions a bidirectional model's [CLS] output is a function of the bag of characters: a window and
+    its shuffled half give the same logits (so such a model scores 1/2), while a learned absolute table tells them
+    apart."""
+    t = MaskedLMWithCLS(CharCorpus(_consecutive_text(), train_length=16, mask_prob=0.0), swap_prob=0.0,
+                        cls_task="shuffled_half")
+    x, _ = t.train_batch(32, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(1)
+    shuffled = x.clone()
+    shuffled[:, 8:] = x[:, 8:].gather(1, torch.rand(32, 8, generator=g).argsort(-1))
+    for scheme, equal in (("nope", True), ("learned", False)):
+        torch.manual_seed(0)
+        model = posenc.build_model(scheme, t.vocab_size, causal=False, cls_token=True, num_classes=2, d_model=32,
+                                   n_heads=4, n_layers=2, max_len=17).eval()
+        logits = [cls_logits(model, z) for z in (x, shuffled)]
+        assert torch.allclose(*logits, atol=1e-5) is equal, scheme
+    plain = posenc.build_model("nope", t.vocab_size, causal=False, d_model=32, n_heads=4, n_layers=1, max_len=16)
+    with pytest.raises(ValueError, match="model needs cls_token=True"):
+        cls_logits(plain, x)
 
 
 def test_evaluate_averages_each_metric_over_the_batches():

@@ -15,6 +15,9 @@ SIZES = {
     "full": dict(steps=1000, batch_size=32, length=128, k=32, d_model=128, n_layers=4, log_every=50, lr=2e-3,
                  seeds=(0, 1, 2)),
 }
+#: The tiers with the `[CLS]` task that needs order (`MaskedLMWithCLS(cls_task="shuffled_half")`), added after the
+#: `full` tier's GPU runs were made; `full` has the noise-tail task only.
+ORDER_TIERS = ("ci", "paper")
 #: The label of the baseline's learning-rate grid runs (each also labelled with its "lr"); the chapters' models are
 #: the runs without an "lr" label, all at SIZES[profile]["lr"].
 GRID_MODEL = "BERT-A (rate grid)"
@@ -129,7 +132,17 @@ def tupe(profile: str):
         "BERT-A": ("learned", lambda size: {}),
         "TUPE-A": ("tupe", lambda size: {}),
         "TUPE-A tie-cls": ("tupe", lambda size: dict(cls_reset=False)),
-    }, profile, cls_task="noise_tail")
+    }, profile, cls_task="noise_tail") + (_variants({
+        "BERT-A": ("learned", lambda size: {}),
+        "TUPE-A": ("tupe", lambda size: {}),
+        "TUPE-A tie-cls": ("tupe", lambda size: dict(cls_reset=False)),
+    }, profile, keep=("TUPE-A", "TUPE-A tie-cls"), cls_task="shuffled_half") if profile in ORDER_TIERS else [])
+
+
+def reset_task(runs) -> str:
+    """The `[CLS]` task on which chapter 08 judges TUPE's reset: "shuffled_half" (a label only order can give)
+    where the tier has its runs, else "noise_tail"."""
+    return "shuffled_half" if runs.profile in ORDER_TIERS else "noise_tail"
 
 
 @declare("09_deberta")
