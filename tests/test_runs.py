@@ -681,16 +681,18 @@ def test_the_pretraining_paper_tier_declares_its_rate_grid_apart_from_the_chapte
 
 
 def test_chapter_08_judges_the_reset_on_the_order_task_where_its_tier_has_it():
-    """The shuffled-half [CLS] runs are declared at `ci` and `paper` only (the `full` GPU runs predate them), for
-    the noise-tail task's models and seeds; `reset_task` names the task the tier's reset claim reads."""
+    """The order tasks' [CLS] runs (shuffled half, shuffled span) are declared at `ci` and `paper` only (the `full`
+    GPU runs predate them), for the noise-tail task's models and seeds; `reset_task` names the task the tier's
+    reset claim reads."""
     from types import SimpleNamespace
     from posenc.runs.plans import pretraining as pre
     for tier in ("ci", "paper", "full"):
         labelled = plan("08_tupe", tier)
         by_task = {t: sorted((lab["model"], lab["seed"]) for lab, _ in labelled if lab.get("cls_task") == t)
-                   for t in ("noise_tail", "shuffled_half")}
-        assert by_task["noise_tail"]
-        assert by_task["shuffled_half"] == (by_task["noise_tail"] if tier in pre.ORDER_TIERS else [])
+                   for t in ("noise_tail",) + pre.ORDER_TASKS}
+        assert by_task["noise_tail"] and pre.ORDER_TASKS == ("shuffled_half", "shuffled_span")
+        for task in pre.ORDER_TASKS:
+            assert by_task[task] == (by_task["noise_tail"] if tier in pre.ORDER_TIERS else [])
         assert all(s.task_kwargs.get("cls_task") == lab.get("cls_task") for lab, s in labelled if "cls_task" in lab)
         expected = "shuffled_half" if tier in ("ci", "paper") else "noise_tail"
         assert pre.reset_task(SimpleNamespace(profile=tier)) == expected

@@ -290,6 +290,28 @@ def test_shuffled_half_keeps_the_characters_and_changes_their_order():
     assert (y1[:, 1:9] != IGNORE).all() and (y1[:, 9:] == IGNORE).all()         # only the first half is a target
 
 
+def test_shuffled_span_shuffles_half_the_window_anywhere():
+    """cls_task="shuffled_span": L/2 consecutive characters from an offset drawn uniformly in 0..L/2 leave the
+    MLM targets and, in a swapped window, are the text's characters in another order."""
+    mlm = MaskedLMWithCLS(CharCorpus(_consecutive_text(), train_length=16, mask_prob=1.0), swap_prob=1.0,
+                          cls_task="shuffled_span")
+    _, y = mlm.train_batch(900, torch.Generator().manual_seed(0))
+    out = y[:, 1:] == IGNORE                                                   # the span, per row
+    first = out.float().argmax(1)
+    assert (out.sum(1) == 8).all() and (out.gather(1, first[:, None] + torch.arange(8)).all(1)).all()
+    counts = torch.bincount(first, minlength=9)
+    assert counts.numel() == 9 and (counts > 60).all()                         # offsets 0..8, about 100 each
+    t = MaskedLMWithCLS(CharCorpus(_consecutive_text(), train_length=16, mask_prob=0.0), swap_prob=1.0,
+                        cls_task="shuffled_span")
+    x, y = t.train_batch(400, torch.Generator().manual_seed(3))
+    letters = x % 26
+    text = (letters.sort(1).values == ((letters.min(1, keepdim=True).values + torch.arange(16)) % 26).sort(1).values).all(1)
+    text &= (letters.max(1).values - letters.min(1).values == 15)              # one run of the alphabet, no wrap
+    assert text.float().mean() > 0.3
+    broken = (x[:, 1:] - x[:, :-1]) % 26 != 1                                   # steps out of order
+    assert broken[text].any(1).all() and (y[text, 0] == 0).all()
+
+
 def test_shuffled_half_of_one_repeated_character_stays_intact():
     """A half of one repeated character has a single order: its window keeps y = 1 even when drawn for a swap,
     and every window labelled 0 differs from the text."""

@@ -24,10 +24,13 @@ counts: with probability 1/2 the last L/2 characters are put in a random order (
 The window then holds the same characters as an intact one, so any rule that ignores
 order, a bag of characters or a model without positions included, scores exactly 1/2,
 and [CLS] has to read the order of the half of the window away from it. (A last
-quarter shuffled, like the noise, is barely learned at the book's paper scale: 0.54 and
-0.55 [CLS] accuracy after 3000 steps, BERT-A and TUPE-A, seed 0; a half, 0.96 and 0.93.)
-The shuffled characters are not MLM targets. A permutation that leaves the half as it
-was is replaced by a rotation by one, which changes every sequence but one whose
+quarter shuffled, like the noise, is barely learned at the book's paper scale: 0.55 and
+0.54 [CLS] accuracy after 3000 steps, BERT-A and TUPE-A, seed 0; a half, 0.96 and 0.93.)
+`cls_task="shuffled_span"` shuffles L/2 consecutive characters that start anywhere in
+the window (offset uniform in 0..L/2), so the evidence has no fixed place: a [CLS] that
+looks at a fixed part of the window by position gains less there.
+The shuffled characters are not MLM targets. A permutation that leaves them as they
+were is replaced by a rotation by one, which changes every sequence but one whose
 characters are all equal; that one has a single order, so its window stays intact
 (y = 1). Every y = 0 window therefore differs from the text.
 """
@@ -43,7 +46,7 @@ from ..model import IGNORE, lm_loss
 from .corpus import MASK_ID, CharCorpus
 from .scoring import scoring
 
-CLS_TASKS = ("continuation", "noise_tail", "shuffled_half")
+CLS_TASKS = ("continuation", "noise_tail", "shuffled_half", "shuffled_span")
 
 
 @dataclass
@@ -74,7 +77,7 @@ class MaskedLMWithCLS:
 
     def batch(self, ids: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Inputs [B, L] (masked) and targets [B, 1 + L] (label, masked targets) from the text `ids`."""
-        if self.cls_task in ("noise_tail", "shuffled_half"):
+        if self.cls_task != "continuation":
             return self._tail_batch(ids, batch_size, generator)
         L, half = self.train_length, self.train_length // 2
         start = torch.randint(0, len(ids) - L, (2, batch_size), generator=generator)   # (2, B)
@@ -86,26 +89,31 @@ class MaskedLMWithCLS:
         return inputs, torch.cat([(~swap).long()[:, None], targets], 1)
 
     def _tail_batch(self, ids: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """y = 1 for an intact window, 0 when its end is replaced: the last L/4 characters by uniform noise
-        ("noise_tail"), or the last L/2 by themselves in a random order ("shuffled_half"); the replaced
-        characters are not MLM targets."""
+        """y = 1 for an intact window, 0 when part of it is replaced: the last L/4 characters by uniform noise
+        ("noise_tail"), the last L/2 by themselves in a random order ("shuffled_half"), or L/2 consecutive ones
+        from a uniform offset in 0..L/2 likewise ("shuffled_span"); the replaced characters are not MLM targets."""
         L = self.train_length
-        tail = max(1, L // 4) if self.cls_task == "noise_tail" else L // 2
+        n = max(1, L // 4) if self.cls_task == "noise_tail" else L // 2
         start = torch.randint(0, len(ids) - L, (batch_size,), generator=generator)      # (B,)
         windows = torch.stack([ids[s: s + L] for s in start.tolist()])                 # (B, L)
-        old = windows[:, L - tail:]                                                     # (B, tail)
         if self.cls_task == "noise_tail":
-            new = torch.randint(MASK_ID + 1, self.vocab_size, (batch_size, tail), generator=generator)
-        else:                                                                           # one permutation per row
-            new = old.gather(1, torch.rand(batch_size, tail, generator=generator).argsort(-1))
+            new = torch.randint(MASK_ID + 1, self.vocab_size, (batch_size, n), generator=generator)
+        else:
+            order = torch.rand(batch_size, n, generator=generator).argsort(-1)         # one permutation per row
+        offset = (torch.randint(0, L - n + 1, (batch_size, 1), generator=generator) if self.cls_task == "shuffled_span"
+                  else torch.full((batch_size, 1), L - n))
+        where = offset + torch.arange(n)                                                # (B, n): the replaced slots
+        old = windows.gather(1, where)
+        if self.cls_task != "noise_tail":
+            new = old.gather(1, order)
             kept = (new == old).all(1)
             new[kept] = old[kept].roll(1, dims=1)                                       # changes all but c c ... c
         swap = torch.rand(batch_size, generator=generator) < self.swap_prob            # (B,)
-        if self.cls_task == "shuffled_half":
+        if self.cls_task != "noise_tail":
             swap &= (new != old).any(1)                                                 # one order only: intact
-        windows[swap, L - tail:] = new[swap]
+        windows[swap] = windows[swap].scatter(1, where[swap], new[swap])
         inputs, targets = self.corpus.mask(windows, generator)
-        targets[swap, L - tail:] = IGNORE
+        targets[swap] = targets[swap].scatter(1, where[swap], IGNORE)
         return inputs, torch.cat([(~swap).long()[:, None], targets], 1)
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool = False):

@@ -15,9 +15,11 @@ SIZES = {
     "full": dict(steps=1000, batch_size=32, length=128, k=32, d_model=128, n_layers=4, log_every=50, lr=2e-3,
                  seeds=(0, 1, 2)),
 }
-#: The tiers with the `[CLS]` task that needs order (`MaskedLMWithCLS(cls_task="shuffled_half")`), added after the
-#: `full` tier's GPU runs were made; `full` has the noise-tail task only.
+#: The tiers with the `[CLS]` tasks that need order (`MaskedLMWithCLS(cls_task=...)`: the second half shuffled,
+#: or half the window from a random offset), added after the `full` tier's GPU runs were made; `full` has the
+#: noise-tail task only.
 ORDER_TIERS = ("ci", "paper")
+ORDER_TASKS = ("shuffled_half", "shuffled_span")
 #: The label of the baseline's learning-rate grid runs (each also labelled with its "lr"); the chapters' models are
 #: the runs without an "lr" label, all at SIZES[profile]["lr"].
 GRID_MODEL = "BERT-A (rate grid)"
@@ -132,11 +134,12 @@ def tupe(profile: str):
         "BERT-A": ("learned", lambda size: {}),
         "TUPE-A": ("tupe", lambda size: {}),
         "TUPE-A tie-cls": ("tupe", lambda size: dict(cls_reset=False)),
-    }, profile, cls_task="noise_tail") + (_variants({
+    }, profile, cls_task="noise_tail") + [run for task in (ORDER_TASKS if profile in ORDER_TIERS else ())
+                                          for run in _variants({
         "BERT-A": ("learned", lambda size: {}),
         "TUPE-A": ("tupe", lambda size: {}),
         "TUPE-A tie-cls": ("tupe", lambda size: dict(cls_reset=False)),
-    }, profile, keep=("TUPE-A", "TUPE-A tie-cls"), cls_task="shuffled_half") if profile in ORDER_TIERS else [])
+    }, profile, keep=("TUPE-A", "TUPE-A tie-cls"), cls_task=task)]
 
 
 def reset_task(runs) -> str:
