@@ -5,8 +5,9 @@ import pytest
 import torch
 
 # The ci tier is recomputed from an empty store under the tests (nbval's kernels inherit
-# this variable): stored notebook outputs are compared with numbers made afresh, never
-# with the committed records. `paper` and `full` records are read from results/.
+# this variable): a chapter that falls back to ci (its full and paper tiers not stored in
+# full) is compared with numbers made afresh, never with the committed ci records.
+# `paper` and `full` records are read from results/.
 os.environ.setdefault("POSENC_CI_STORE", tempfile.mkdtemp(prefix="posenc-ci-store-"))
 
 import posenc  # noqa: E402
