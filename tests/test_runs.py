@@ -823,6 +823,39 @@ def test_the_paper_tiers_records_are_what_the_current_code_makes(tmp_path, task,
                                                                        abs=1e-3), what
 
 
+#: Recipes whose run is one training loop with one schedule: stopped at its first logged loss (before the
+#: warm-up ends), such a run takes the same steps as the whole one. The others are trained whole.
+ONE_LOOP = ("sequence", "pretrain", "classify")
+
+
+def test_the_ci_tiers_records_are_what_the_current_code_makes(tmp_path):
+    """Under the tests a chapter reads its `full` or `paper` records and falls back to `ci` only while those are
+    incomplete, so nbval no longer remakes the committed `ci` tier. This keeps it honest as the paper test does
+    its tier: for every recipe and task of the `ci` tier, its cheapest stored record is trained again by the
+    current code (up to its first logged loss where that is the same run, else whole), and that loss must be the
+    stored one to 1e-4, on any machine; a change of the training path moves it by far more."""
+    from posenc.runs.__main__ import declared
+    from posenc.runs.execute import execute
+    stored = Store("ci", ROOT / "results")
+    cheapest = {}
+    for spec in declared("ci"):
+        if (record := stored.get(spec)) is not None:
+            part = (spec.recipe, spec.task)
+            if part not in cheapest or record["seconds"] < cheapest[part][0]["seconds"]:
+                cheapest[part] = (record, spec)
+    assert len(cheapest) >= 10, f"the ci store holds every part of the book: {sorted(cheapest)}"
+    stale = []
+    for (recipe, task), (record, spec) in sorted(cheapest.items()):
+        step, loss = record["history"][0]["step"], record["history"][0]["loss"]
+        cut = recipe in ONE_LOOP and step <= spec.train["warmup"]
+        run = spec.replace(train={**spec.train, "steps": step}) if cut else spec
+        got = execute(run, Store("ci", tmp_path / f"{recipe}-{task}"), device="cpu")["history"][0]
+        if got["step"] != step or abs(got["loss"] - loss) > 1e-4:
+            stale.append(f"{recipe}/{task} ({spec.scheme}, seed {spec.seed}): step {got['step']} loss "
+                         f"{got['loss']:.6f}, stored step {step} loss {loss:.6f}")
+    assert not stale, "ci records this code does not make (rerun that tier, results/README.md): " + "; ".join(stale)
+
+
 def _kept(profile):
     """(spec, record) of every stored run of `profile` that kept its weights and whose recipe can rebuild
     its model (`recipes.SPLIT`): its evaluation can be run again from the weights alone. The committed
