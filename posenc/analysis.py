@@ -696,11 +696,9 @@ def cls_attention_share(model, tokens, start: int) -> list[float]:
         raise ValueError(f"tokens must be [batch, length]; got {tuple(tokens.shape)}")
     if not isinstance(start, int) or not 0 <= start < tokens.shape[1]:
         raise ValueError(f"start must be an int in [0, length={tokens.shape[1]}); got {start!r}")
-    was_training = model.training
-    try:
-        maps = model.eval().attention_maps(tokens)                          # each (B, H, 1 + L, 1 + L)
-    finally:
-        model.train(was_training)
+    from .tasks.scoring import scoring_mode
+    with scoring_mode(model):
+        maps = model.attention_maps(tokens)                                 # each (B, H, 1 + L, 1 + L)
     return [(a[:, :, 0, 1 + start:].sum(-1) / a[:, :, 0, 1:].sum(-1)).mean().item() for a in maps]
 
 

@@ -7,7 +7,7 @@ import torch
 
 import posenc
 from posenc.analysis import steps_to_reach
-from posenc.tasks.pretraining import MaskedLMWithCLS, cls_logits, loss_parts, pretraining_loss
+from posenc.tasks.pretraining import MaskedLMWithCLS, loss_parts, pretraining_loss
 from posenc.tasks import CharCorpus
 from posenc.tasks.synthetic import IGNORE
 from posenc.tupe import TUPE, cls_reset, four_terms
@@ -340,11 +340,12 @@ def test_no_position_no_shuffled_half():
         torch.manual_seed(0)
         model = posenc.build_model(scheme, t.vocab_size, causal=False, cls_token=True, num_classes=2, d_model=32,
                                    n_heads=4, n_layers=2, max_len=17).eval()
-        logits = [cls_logits(model, z) for z in (x, shuffled)]
+        with torch.no_grad():
+            logits = [model.classify(z) for z in (x, shuffled)]             # classifier(h_[CLS])
         assert torch.allclose(*logits, atol=1e-5) is equal, scheme
     plain = posenc.build_model("nope", t.vocab_size, causal=False, d_model=32, n_heads=4, n_layers=1, max_len=16)
     with pytest.raises(ValueError, match="model needs cls_token=True"):
-        cls_logits(plain, x)
+        loss_parts(plain, x, torch.zeros(32, 17, dtype=torch.long))
 
 
 def test_evaluate_averages_each_metric_over_the_batches():

@@ -134,21 +134,10 @@ class MaskedLMWithCLS:
         return {"mlm": mlm / n_batches, "cls": cls / n_batches, "cls_acc": acc / n_batches}
 
 
-def _check_cls_model(model) -> None:
-    if getattr(model, "cls", None) is None or getattr(model, "classifier", None) is None:
-        raise ValueError("model needs cls_token=True and num_classes=2 (build_model arguments)")
-
-
-def cls_logits(model, x: Tensor) -> Tensor:
-    """The [CLS] classifier's logits [B, 2] for inputs x [B, L]: classifier(h_[CLS]) after the last layer."""
-    _check_cls_model(model)
-    h, _ = model.hidden_states(x)
-    return model.classifier(h[:, 0])
-
-
 def loss_parts(model, x: Tensor, y: Tensor) -> dict:
     """L_MLM, L_CLS and the [CLS] accuracy, from one pass of a model with cls_token and num_classes=2."""
-    _check_cls_model(model)
+    if getattr(model, "cls", None) is None or getattr(model, "classifier", None) is None:
+        raise ValueError("model needs cls_token=True and num_classes=2 (build_model arguments)")
     h, _ = model.hidden_states(x)                                       # (B, 1 + L, D)
     logits = model.classifier(h[:, 0])                                  # (B, 2)
     return {"mlm": lm_loss(model.head(h[:, 1:]), y[:, 1:]),
