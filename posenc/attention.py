@@ -7,11 +7,13 @@ with (q_i, k_j) possibly rotated by `Scheme.layer_transform_qk` (by default the 
 `Scheme.logit_bias` merged with the causal mask (`PositionContext.attn_mask`), b^l the
 per-layer `Scheme.layer_logit_bias`, e the per-layer `Scheme.extra_logits` and u the
 per-layer `Scheme.extra_values`.
-When u is absent the whole computation is PyTorch's fused
-`scaled_dot_product_attention`; only schemes that add to the values, or a caller
-asking for the attention weights, take the explicit softmax path. When the model
-chose FlexAttention for a bias scheme (`PositionContext.score_mod`, see
-`Transformer.context`), b comes from the scheme's `score_mod` inside the kernel and no
+When u is absent the computation is PyTorch's `scaled_dot_product_attention`, with three
+exceptions: schemes that add to the values, or a caller asking for the attention weights,
+take the explicit softmax path; seeds stacked under `vmap` with a bias take it too (SDPA
+fails there on CUDA); and on the CPU a bias that learns, under gradients, takes SDPA's own
+math path written out (`learned_bias_attention`: the fused CPU kernel gives no gradient for
+a mask). When the model chose FlexAttention for a bias scheme (`PositionContext.score_mod`,
+see `Transformer.context`), b comes from the scheme's `score_mod` inside the kernel and no
 [H, N, N] bias exists.
 """
 from __future__ import annotations

@@ -312,13 +312,18 @@ def _init_weights(module: nn.Module) -> None:
 def check_model_args(*, vocab_size, d_model, n_heads, n_layers, causal, d_ff, dropout, cls_token, tie_weights,
                      num_classes) -> None:
     """The checks `Transformer` and `build_model` share: sizes positive ints (d_ff, num_classes may be None),
-    n_heads dividing d_model, dropout in [0, 1), and the flags True or False (a string "no" is truthy)."""
+    n_heads dividing d_model, dropout in [0, 1), the flags True or False (a string "no" is truthy), and no
+    [CLS] classifier under a causal mask."""
     for arg, value in (("causal", causal), ("cls_token", cls_token), ("tie_weights", tie_weights)):
         if not isinstance(value, bool):
             raise TypeError(f"{arg} must be True or False; got {value!r}")
     check_sizes(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff,
                 num_classes=num_classes)
     check_dropout(dropout)
+    if causal and cls_token and num_classes is not None:
+        raise ValueError("cls_token=True with causal=True cannot classify: [CLS] sits at position 0, where the "
+                         "causal mask lets it see only itself, so every input would get the same class; use "
+                         "causal=False, or cls_token=False (classify() then pools the mean state)")
 
 
 def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,

@@ -1,4 +1,6 @@
 """T5's relative buckets and bias: equality with transformers, the bucket map's claims, fused SDPA."""
+import math
+
 import pytest
 import torch
 from transformers import T5Config
@@ -82,14 +84,28 @@ def test_t5_table_is_computed_once_and_attention_stays_fused(monkeypatch):
     assert calls == {"prepare": 1, "bias": 1}
 
 
-def test_t5_bias_is_added_after_scaling_and_unscaled():
-    """Logits = q k^T / sqrt(d_h) + b: the explicit path with the same bias gives the fused output."""
-    model = small_model("t5", causal=False)
+@pytest.mark.parametrize("causal", [False, True])
+def test_t5_bias_is_added_after_scaling_and_unscaled(causal):
+    """Layer 0's attention equals softmax(q k^T / sqrt(d_h) + b_h[bucket(j - i)]) built here from the model's
+    weights, with T5's own bucket function (transformers') and the mask: a bias scaled by 1/sqrt(d_h), or any
+    other factor, or put in the wrong bucket, fails it. The fused path gives the explicit path's output."""
+    model = small_model("t5", causal=causal)
+    s = model.scheme
+    torch.nn.init.normal_(s.bias.weight)                                     # a bias that matters (init is 0)
     tokens = torch.randint(0, 23, (2, 12))
-    fused = model(tokens)
-    h, maps = model.hidden_states(tokens, need_weights=True)                     # explicit softmax path
-    torch.testing.assert_close(model.head(h), fused, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 4, 12))
+    B, N = tokens.shape
+    assert "embed" not in s.overridden_hooks()                               # no position at the input
+    h = model.blocks[0].ln1(model.tok(tokens))
+    q, k, _ = model.blocks[0].attn.qkv(h).view(B, N, 3, s.n_heads, s.head_dim).permute(2, 0, 3, 1, 4)
+    rel = torch.arange(N)[None, :] - torch.arange(N)[:, None]                # key - query
+    bucket = T5Attention._relative_position_bucket(rel, bidirectional=not causal, num_buckets=s.num_buckets,
+                                                   max_distance=s.max_distance)
+    logits = q @ k.transpose(-2, -1) / math.sqrt(s.head_dim) + s.bias(bucket).permute(2, 0, 1)
+    if causal:
+        logits = logits.masked_fill(rel > 0, float("-inf"))
+    torch.testing.assert_close(model.attention_maps(tokens)[0], logits.softmax(-1), rtol=1e-5, atol=1e-6)
+    h, _ = model.hidden_states(tokens, need_weights=True)                    # explicit softmax path
+    torch.testing.assert_close(model.head(h), model(tokens), rtol=1e-5, atol=1e-5)
 
 
 def test_t5_serves_lengths_beyond_max_distance_and_bidirectional_default():

@@ -447,3 +447,58 @@ def test_options_that_made_every_output_nan_are_refused_by_name(scheme, kwargs, 
     """Each of these used to build a model whose logits were all NaN (or to fail deep inside torch)."""
     with pytest.raises(ValueError, match=match):
         posenc.build_model(scheme, 23, causal=True, d_model=32, n_heads=4, n_layers=2, max_len=64, **kwargs)
+
+
+# -- bad options are refused when the model is built, by name (not at the first forward, nor silently) ---------
+@pytest.mark.parametrize("scheme, kwargs, error, match", [
+    ("xl", dict(d_model=15, n_heads=3), ValueError, "d_model must be even"),
+    ("deberta", dict(bucket_size=3, max_position=64), ValueError, "bucket_size must be an int >= 4"),
+    ("deberta", dict(bucket_size=8, max_position=4), ValueError, "max_position must be an int"),
+    ("deberta", dict(terms=None), TypeError, "terms must be a tuple"),
+    ("tupe", dict(relative=True, num_buckets=0), ValueError, "num_buckets"),
+    ("tupe", dict(relative=True, max_distance=0), ValueError, "max_distance"),
+    ("floater", dict(method="euler2"), ValueError, "method must be one of torchdiffeq's solvers"),
+])
+def test_bad_scheme_options_are_refused_at_build_time(scheme, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        posenc.build_model(scheme, 10, causal=False, **{"d_model": 32, "n_heads": 4, **kwargs})
+
+
+def test_floaters_solver_names_are_torchdiffeqs():
+    from torchdiffeq._impl.odeint import SOLVERS
+    from posenc.schemes.floater import SOLVERS as ours
+    assert set(ours) == set(SOLVERS)
+
+
+def test_a_causal_model_cannot_classify_from_cls_which_would_see_only_itself():
+    """[CLS] sits at position 0: under the causal mask its state ignores the input, so classify() would give every
+    input the same logits. Refused at build time; without [CLS] (mean pooling) or bidirectional it is fine."""
+    with pytest.raises(ValueError, match="cls_token=True with causal=True cannot classify"):
+        posenc.build_model("rope", 10, d_model=32, n_heads=4, causal=True, cls_token=True, num_classes=3)
+    tokens = torch.randint(0, 10, (4, 12))
+    for causal, cls in ((True, False), (False, True)):
+        torch.manual_seed(0)
+        model = posenc.build_model("rope", 10, d_model=32, n_heads=4, causal=causal, cls_token=cls, num_classes=3)
+        logits = model.classify(tokens)
+        assert not torch.allclose(logits[0], logits[1])             # the class depends on the input
+
+
+def test_functional_inputs_are_checked_by_name():
+    from posenc.functional import apply_rope, apply_xpos, rel_shift
+    from posenc.vision import interpolate_pos_embed
+    q = torch.randn(1, 3, 4)
+    with pytest.raises(ValueError, match="scale_base"):
+        apply_xpos(q, q, torch.arange(3), scale_base=0)
+    with pytest.raises(TypeError, match="k_len must be an int"):
+        rel_shift(torch.randn(2, 5), 5.0)
+    with pytest.raises(ValueError, match="x must be a tensor"):
+        rel_shift([[1.0]])
+    with pytest.raises(ValueError, match="positions must be finite"):
+        apply_rope(q, torch.tensor([0.0, float("nan"), 2.0]))
+    with pytest.raises(TypeError, match="floating-point table"):
+        interpolate_pos_embed(torch.arange(32).reshape(16, 2), (4, 4), (3, 3))
+    table = torch.randn(16, 2, dtype=torch.float64)
+    out = interpolate_pos_embed(table, (4, 4), (3, 3))
+    direct = torch.nn.functional.interpolate(table.T.reshape(1, 2, 4, 4), size=(3, 3), mode="bicubic",
+                                             align_corners=False)
+    assert out.dtype == torch.float64 and torch.equal(out, direct.reshape(2, 9).T)   # resampled in float64

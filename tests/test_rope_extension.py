@@ -227,3 +227,30 @@ def test_xpos_builds_its_own_tables_and_refuses_the_rope_types():
         model.scheme.set_scaling("yarn", 4.0, original_max_position_embeddings=L)
     model.scheme.set_scaling("ntk", 4.0)                                  # the position scalings still apply
     assert model.scheme.scaling == "ntk"
+
+
+@pytest.mark.parametrize("scaling,factor,params", CASES + [("pi", 4.0, {}), ("ntk", 4.0, {})])
+def test_an_instance_says_it_is_shift_invariant_exactly_when_an_offset_changes_nothing(scaling, factor, params):
+    """"dynamic" and "longrope" read n = max(position) + 1, so shifting every position changes their frequencies
+    (and their instance says shift_invariant False); every other scaling keeps RoPE's dependence on m - n alone."""
+    torch.manual_seed(0)
+    model = small_model("rope", d_model=64, n_heads=4, max_len=4096).eval()
+    model.scheme.set_scaling(scaling, factor, **params)
+    with torch.no_grad():
+        for block in model.blocks:                    # large logits, so that a frequency change shows
+            block.attn.qkv.weight.mul_(20)
+        moved = 0.0
+        for n in (L // 2, 3 * L):                     # an offset of 1000 takes the short input past L
+            tokens = torch.randint(0, 23, (2, n))
+            moved = max([moved] + [(model(tokens, torch.arange(n) + c) - model(tokens)).abs().max().item()
+                                   for c in (7, 1000)])
+    invariant = scaling not in ("dynamic", "longrope")
+    assert model.scheme.shift_invariant is invariant and type(model.scheme).shift_invariant is True
+    assert (moved < 1e-3) is invariant, moved
+
+
+def test_a_factor_without_a_scaling_is_refused_rather_than_ignored():
+    with pytest.raises(ValueError, match="scaling=None is RoPE unscaled: factor must be 1"):
+        posenc.build_model("rope", 10, causal=True, d_model=32, n_heads=4, factor=8.0)
+    with pytest.raises(ValueError, match="factor must be 1"):
+        scheme().set_scaling(None, 2.0)

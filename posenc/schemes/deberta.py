@@ -152,6 +152,8 @@ class DeBERTa(Scheme):
                  absolute: str = "emd", emd_layers: int = 1, bucket_size: int | None = None,
                  max_position: int | None = None, p2c_delta: str = "paper", emd_passes: int | None = None):
         super().__init__(d_model=d_model, n_heads=n_heads, n_layers=n_layers, max_len=max_len, causal=causal)
+        if isinstance(terms, str) or not isinstance(terms, (tuple, list, set, frozenset)):
+            raise TypeError(f"terms must be a tuple of position terms, a subset of {TERMS}; got {terms!r}")
         terms = tuple(terms)
         if not set(terms) <= set(TERMS):
             raise ValueError(f"terms must be a subset of {TERMS}; got {terms!r}")
@@ -161,6 +163,8 @@ class DeBERTa(Scheme):
             raise ValueError(f"emd_layers must be an int in [1, n_layers={n_layers}]; got {emd_layers!r}")
         if (bucket_size is None) != (max_position is None):
             raise ValueError("bucket_size and max_position must be given together (v2 log buckets) or not at all")
+        if bucket_size is not None:
+            log_bucket_position(torch.zeros(1), bucket_size, max_position)        # validates both now, by name
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int; got {k!r}")
         if p2c_delta not in ("paper", "code"):

@@ -45,6 +45,10 @@ def odeint_adjoint(*args, **kwargs):
     return solve(*args, **kwargs)
 
 
+#: torchdiffeq's solvers (the keys of `torchdiffeq._impl.odeint.SOLVERS`; written out so that building a model
+#: does not import torchdiffeq, and checked against it by the tests).
+SOLVERS = ("adaptive_heun", "bosh3", "dopri5", "dopri8", "euler", "explicit_adams", "fehlberg2", "fixed_adams",
+           "heun2", "heun3", "implicit_adams", "midpoint", "rk4", "scipy_solver")
 FIXED_STEP = ("rk4", "euler", "midpoint", "explicit_adams", "implicit_adams")
 
 
@@ -197,6 +201,8 @@ class Floater(Scheme):
             raise ValueError(f"delta must be a finite number > 0; got {delta!r}")
         if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1):
             raise ValueError(f"hidden must be a positive int or None (d_model); got {hidden!r}")
+        if method not in SOLVERS:
+            raise ValueError(f"method must be one of torchdiffeq's solvers {SOLVERS}; got {method!r}")
         self.delta, self.method, self.adjoint = delta, method, adjoint
         self.dynamics = dynamics if dynamics is not None else MLPDynamics(self.d_model, hidden or self.d_model)
         self.p0 = nn.Parameter(torch.randn(self.n_layers, self.d_model) * TOKEN_INIT_STD)  # (N, D)

@@ -9,7 +9,6 @@ from ..scheme import Scheme, register
 
 
 @register("nope")
-@register("nope")
 class NoPE(Scheme):
     """No position information; attention stays fully fused."""
 

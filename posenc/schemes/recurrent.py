@@ -36,7 +36,8 @@ updates the recursion made, i.e. from its index in the sequence as given. An off
 position ids therefore changes nothing (`shift_invariant = True` in this package's sense),
 although the code is absolute in the index (it counts from the first token), and there is
 no `max_len`: the model runs at any length; whether the states past the training length
-mean anything is for training to decide (they may settle at a fixed point, as FLOATER's do).
+mean anything is for training to decide (they may settle, or run away as FLOATER's trained
+codes do, chapter 03).
 
 Direction. In a causal model the GRU runs left to right, so h_i depends on x_1..x_i only
 and nothing leaks from the future. A bidirectional model gets, by default, a bidirectional

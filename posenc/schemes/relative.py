@@ -1,6 +1,6 @@
 """Relative encodings that need q/k content in the position terms (hook 4).
 
-Shaw et al. (2018), eqs. (3)-(5), distances clipped at k (eq. 6):
+Shaw et al. (2018), eqs. (3)-(5), distances clipped at k (section 3.2):
 
     e_ij = q_i . (k_j + a^K_ij) / sqrt(d_h),      z_i = sum_j alpha_ij (v_j + a^V_ij),
     a^K_ij = w^K_{clip(j - i, -k, k)},            a^V_ij = w^V_{clip(j - i, -k, k)}.
@@ -71,9 +71,12 @@ def rel_shift(x: Tensor, k_len: int | None = None) -> Tensor:
     is exactly the causally masked future; with r_len = k_len + q_len - 1 (distances
     down to -(q_len - 1)) there are none, which serves bidirectional attention.
     """
-    if x.dim() < 2:
-        raise ValueError(f"x must be [..., q_len, r_len] (2 or more dims); got shape {tuple(x.shape)}")
+    if not isinstance(x, Tensor) or x.dim() < 2:
+        raise ValueError(f"x must be a tensor [..., q_len, r_len] (2 or more dims); got "
+                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
     *lead, q_len, r_len = x.shape
+    if k_len is not None and (isinstance(k_len, bool) or not isinstance(k_len, int)):
+        raise TypeError(f"k_len must be an int or None; got {k_len!r}")
     k_len = r_len if k_len is None else k_len
     if not q_len <= k_len <= r_len:
         raise ValueError(f"k_len must be in [q_len={q_len}, x.shape[-1]={r_len}] (queries are the "
@@ -155,6 +158,8 @@ class TransformerXL(Scheme):
 
     def __init__(self, *, untie_uv: bool = False, base: float = 10000.0, **kw):
         super().__init__(**kw)
+        if self.d_model % 2:                  # R's sinusoidal table pairs its columns (sin, cos)
+            raise ValueError(f"d_model must be even for Transformer-XL's sinusoidal R; got d_model={self.d_model}")
         if not isinstance(untie_uv, bool):
             raise TypeError(f"untie_uv must be True or False; got {untie_uv!r}")
         if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < math.inf:

@@ -192,8 +192,9 @@ def _yarn(dim, base, max_position_embeddings, dtype, *, original_max_position_em
         high += 0.001
     ramp = ((torch.arange(dim // 2, dtype=dtype) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp                                          # 1: extrapolate (keep omega_i), 0: interpolate
-    inv = default_inv_freq(dim, base, dtype)
-    return inv / factor * (1 - keep) + inv * keep, float(attention_factor)
+    wavelength_scale = base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype) / dim)     # 1 / omega_i
+    inv, interpolated = 1.0 / wavelength_scale, 1.0 / (factor * wavelength_scale)     # transformers' roundings
+    return interpolated * (1 - keep) + inv * keep, float(attention_factor)
 
 
 def _longrope(dim, base, max_position_embeddings, seq_len, dtype, *, short_factor, long_factor,

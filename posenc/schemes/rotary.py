@@ -352,6 +352,8 @@ def _check_positions(positions) -> Tensor:
     if positions.dtype in (torch.float16, torch.bfloat16):          # bf16 holds the integers only up to 256
         raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}, which "
                         f"rounds positions (bfloat16 above 256, float16 above 2048): pass them before the cast")
+    if positions.is_floating_point() and positions.device.type == "cpu" and not bool(torch.isfinite(positions).all()):
+        raise ValueError("positions must be finite; got NaN or inf (checked where reading them is free: on the CPU)")
     return positions
 
 
@@ -417,6 +419,9 @@ class RoPE(Scheme):
             if params:
                 raise ValueError(f"scaling={scaling!r} takes only factor; got parameters {sorted(params)} "
                                  f"(they belong to the rope_types {ROPE_TYPES})")
+            if scaling is None and factor != 1:
+                raise ValueError(f"scaling=None is RoPE unscaled: factor must be 1; got factor={factor!r} (name "
+                                 f"the scaling it is for, e.g. scaling='pi')")
             if scaling == "ntk":
                 ntk_base(self.base, factor, self.rot_dim)  # validates the rotated dims
         else:
@@ -432,6 +437,9 @@ class RoPE(Scheme):
                                      f"give original_max_position_embeddings, the training context")
         previous = (getattr(self, "scaling", None), getattr(self, "factor", 1.0), getattr(self, "scaling_params", {}))
         self.scaling, self.factor, self.scaling_params = scaling, float(factor), dict(params)
+        # The class says True (RoPE's scores depend on m - n only); a scaling that reads the current length
+        # n = max(position) + 1 makes an offset of every position change the frequencies, so this instance says False.
+        self.shift_invariant = scaling not in LENGTH_DEPENDENT
         if scaling in ROPE_TYPES:
             try:  # validates the parameters now, at the training length and beyond it
                 L = params.get("original_max_position_embeddings")
@@ -439,6 +447,7 @@ class RoPE(Scheme):
                     self.frequencies(n)
             except (ValueError, TypeError) as err:        # a refused scaling leaves the scheme as it was
                 self.scaling, self.factor, self.scaling_params = previous
+                self.shift_invariant = previous[0] not in LENGTH_DEPENDENT
                 raise type(err)(f"scaling={scaling!r}: {err}") from None
         self.clear_cache()
 

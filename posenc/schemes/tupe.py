@@ -132,6 +132,8 @@ class TUPE(Scheme):
         self.theta = nn.Parameter(torch.zeros(2, n_heads))                       # theta_1, theta_2 of each head
         if relative:
             from .bias import t5_bucket  # the relative-encodings chapter's T5 buckets
+            t5_bucket(torch.zeros(1, dtype=torch.long), bidirectional=not causal, num_buckets=num_buckets,
+                      max_distance=max_distance)                                 # validates both now, by name
             self._bucket = lambda rel: t5_bucket(rel, bidirectional=not causal, num_buckets=num_buckets,
                                                  max_distance=max_distance)
             self.rel_bias = nn.Embedding(num_buckets, n_heads)                   # b: one scalar per bucket and head

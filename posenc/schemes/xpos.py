@@ -149,6 +149,7 @@ def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, l
     if positions.shape[0] != q.shape[-2]:
         raise ValueError(f"positions must have length seq={q.shape[-2]} (q.shape[-2]); got {positions.shape[0]}")
     r = rotated_dims(q.shape[-1], rotary_fraction)
+    _check_scale_base(scale_base)
     if centre is not None:
         _checked_centre(centre)
     if positions.numel() and positions.device.type == "cpu":       # read where reading is free (no device wait)

@@ -124,7 +124,8 @@ def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *, num_prefix_t
     (new_h, new_w) exactly as `transformers`' `ViTEmbeddings.interpolate_pos_encoding`
     (`F.interpolate(size=new_grid, mode="bicubic", align_corners=False)`), and
     flattened back in raster order; the first `num_prefix_tokens` rows (0, or 1 for a
-    [CLS] row) are kept unchanged. A leading batch axis [1, L, D] is accepted and kept.
+    [CLS] row) are kept unchanged. A leading batch axis [1, L, D] is accepted and kept. Half-precision
+    tables are resampled in float32, float64 ones in float64; an integer table is refused.
     """
     if not isinstance(pos_embed, Tensor) or pos_embed.dim() not in (2, 3) or (pos_embed.dim() == 3 and pos_embed.shape[0] != 1):
         got = tuple(pos_embed.shape) if isinstance(pos_embed, Tensor) else type(pos_embed).__name__
@@ -136,9 +137,13 @@ def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *, num_prefix_t
     if table.shape[0] != num_prefix_tokens + oh * ow:
         raise ValueError(f"pos_embed has {table.shape[0]} rows but old_grid={old_grid!r} with num_prefix_tokens="
                          f"{num_prefix_tokens} needs {num_prefix_tokens + oh * ow}")
+    if not table.is_floating_point():
+        raise TypeError(f"pos_embed must be a floating-point table (bicubic resampling of {table.dtype} would "
+                        f"truncate it); got dtype {table.dtype}")
     prefix, patches = table[:num_prefix_tokens], table[num_prefix_tokens:]
     dim = table.shape[1]
-    grid = patches.float().reshape(1, oh, ow, dim).permute(0, 3, 1, 2)          # (1, D, oh, ow)
+    wide = torch.promote_types(table.dtype, torch.float32)                      # float64 stays float64
+    grid = patches.to(wide).reshape(1, oh, ow, dim).permute(0, 3, 1, 2)         # (1, D, oh, ow)
     grid = F.interpolate(grid, size=(nh, nw), mode="bicubic", align_corners=False)  # (1, D, nh, nw)
     patches = grid.permute(0, 2, 3, 1).reshape(nh * nw, dim).to(table.dtype)    # (nh*nw, D)
     out = torch.cat([prefix, patches], 0)
