@@ -299,7 +299,11 @@ class Band:
         return f"[{lo}, {hi}]"
 
 
-def verdict(values, band: Band, *, level: float = 0.95, min_seeds: int = 3) -> dict:
+#: Fewer seeds than this give "not resolved" whatever the interval (`verdict`).
+MIN_SEEDS = 3
+
+
+def verdict(values, band: Band, *, level: float = 0.95, min_seeds: int = MIN_SEEDS) -> dict:
     """design.md's one rule: "reproduced" when the bootstrap interval of the mean lies in the band,
     "contradicted" when it lies beyond no effect on the other side, "not resolved" otherwise
     (and always with fewer than `min_seeds` values).

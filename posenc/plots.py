@@ -39,6 +39,40 @@ SCHEME_STYLE = {name: (_TOL[i], _MARKERS[i % len(_MARKERS)]) for i, name in enum
 HOOK_COLOR = {"input": "#4477AA", "q/k": "#228833", "bias": "#EE6677", "custom": "#AA3377"}
 
 
+def shades(scheme: str, n: int) -> list[str]:
+    """n colours for variants of `scheme` (ablations, options drawn beside it): its hue, from darker to
+    lighter than its own colour, which stays the scheme's. Linear in sRGB between the colour mixed 45% with
+    black and mixed 55% with white (one variant: the dark end), so that a variant reads as its scheme's
+    kin and never as another scheme."""
+    if scheme not in SCHEME_STYLE:
+        raise ValueError(f"scheme must be one of {sorted(SCHEME_STYLE)}; got {scheme!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int; got {n!r}")
+    base = np.array([int(SCHEME_STYLE[scheme][0][i:i + 2], 16) for i in (1, 3, 5)], dtype=float)
+    dark, light = base * 0.55, base + (255 - base) * 0.55
+    return ["#" + "".join(f"{int(round(c)):02X}" for c in dark + (light - dark) * t)
+            for t in (np.linspace(0, 1, n) if n > 1 else [0.0])]
+
+
+#: RoPE's context extensions (chapters 11 and 16): one colour and marker each, the same in both chapters, in hues
+#: that no scheme drawn beside them takes (RoPE keeps its own colour, as trained or fine-tuned). Line style tells
+#: a fine-tuned extension (solid) from one applied as it is (dashed).
+SCALING_STYLE = {"PI": ("#EE7733", "s"), "NTK": ("#8C564B", "^"), "dynamic NTK": ("#6A3D9A", "v"),
+                 "YaRN": ("#CC3311", "D"), "Llama 3": ("#A6761D", "o"), "LongRoPE": ("#AA4499", "P")}
+
+
+def scaling_style(name: str, *, fine_tuned: bool = False) -> dict:
+    """Line keywords of a RoPE extension named `name` (a `SCALING_STYLE` key), or of RoPE itself ("RoPE"):
+    solid when fine-tuned at the longer length, dashed when applied as it is."""
+    if name == "RoPE":
+        color, marker = SCHEME_STYLE["rope"]
+    elif name in SCALING_STYLE:
+        color, marker = SCALING_STYLE[name]
+    else:
+        raise ValueError(f"name must be 'RoPE' or one of {sorted(SCALING_STYLE)}; got {name!r}")
+    return {"color": color, "marker": marker, "ls": "-" if fine_tuned else "--"}
+
+
 #: Labels that name one of the book's schemes another way (the ViT's 2-D schemes): drawn in its style.
 SAME_STYLE = {"none": "nope", "sincos2d": "sinusoidal", "rope2d": "rope"}
 
@@ -102,6 +136,15 @@ def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAG
     return fig, flat[:n]
 
 
+def legend_below(ax, *, fontsize: float = 7, ncol: int | None = None):
+    """The axes' legend under its x label, in up to three columns and without a frame: a legend inside
+    the axes ("best") can still cover the min-max bands and the far ends of the curves, which matplotlib
+    does not count as data when it places one."""
+    handles, _ = ax.get_legend_handles_labels()
+    return ax.legend(fontsize=fontsize, ncol=ncol or min(3, max(1, len(handles))), loc="upper center",
+                     bbox_to_anchor=(0.5, -0.22), frameon=False)
+
+
 def _axes(ax, figsize=(6, 3.5)):
     if ax is None:
         _, ax = plt.subplots(figsize=figsize, dpi=DPI, layout="constrained")
@@ -121,7 +164,7 @@ def training_curves(histories: dict, *, metric: str = "loss", ylabel: str = "tra
     if logy:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    legend_below(ax)
     return ax
 
 
@@ -160,7 +203,7 @@ def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_t
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
     if legend:
-        ax.legend(fontsize=8)
+        legend_below(ax)
     return ax
 
 
@@ -176,7 +219,7 @@ def metric_vs_length_by_group(table: Table, groups, *, y: str, ylabel: str, titl
             raise ValueError(f"groups: no rows for the schemes of {name!r} ({', '.join(map(str, schemes))})")
         metric_vs_length(rows, y=y, ax=ax, ylabel=ylabel, logx=True, legend=False)
         ax.set_title(f"{name}{title}", fontsize=9)
-        ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+        legend_below(ax, ncol=3)
     return fig
 
 

@@ -288,28 +288,48 @@ def main_diagram() -> str:
 NONE_NOTE = "no position: NoPE"
 
 
-def variant(hook: str | None) -> str:
-    """The equation alone with one hook's terms coloured (None: all grey, NoPE): 640 x 120 units."""
+def hook_names(hooks: tuple, x: float, y: float, size: float) -> list[str]:
+    """Swatch and bold name of each hook, side by side on one line (a chapter whose schemes use several)."""
+    out = []
+    for hook in hooks:
+        name = HOOKS[hook][1]
+        out += [swatch(hook, x, y, size - 1),
+                f'<text x="{num(x + size + 8)}" y="{num(y)}" font-family="{SANS}" font-size="{num(size)}" '
+                f'font-weight="bold" fill="{INK}">{escape(name)}</text>']
+        x += size + 8 + 0.6 * size * len(name) + 22      # a bold sans glyph is about 0.6 em wide
+    return out
+
+
+def variant(hooks: tuple) -> str:
+    """The equation alone with the terms of `hooks` coloured (empty: all grey, NoPE): 640 x 120 units."""
     width, height = 640, 120
     left, right = equation_span()
     x_eq = (width - left - right) / 2 + left
-    if hook is None:
+    if not hooks:
         label = [f'<text x="12" y="22" font-family="{SANS}" font-size="17" fill="#555555">{NONE_NOTE}</text>']
         title, desc = "Attention without position (NoPE)", "No position term is used: " + EQ_TEXT
     else:
-        label = hook_label(hook, 12, 22, 17)
-        _, name, methods, examples = HOOKS[hook]
-        title = f"Where position enters: {name}"
-        desc = f"Hook {name} ({methods}), used by {examples}, highlighted in: " + EQ_TEXT
-    body = label + equation(x_eq, 62, 42, painter({hook}))
-    return svg(width, height, f"hook-{hook or 'none'}", title, desc, body)
+        label = hook_label(hooks[0], 12, 22, 17) if len(hooks) == 1 else hook_names(hooks, 12, 22, 17)
+        names = " and ".join(HOOKS[h][1] for h in hooks)
+        title = f"Where position enters: {names}"
+        desc = "; ".join(f"Hook {HOOKS[h][1]} ({HOOKS[h][2]}), used by {HOOKS[h][3]}" for h in hooks)
+        desc += ", highlighted in: " + EQ_TEXT
+    body = label + equation(x_eq, 62, 42, painter(set(hooks)))
+    return svg(width, height, f"hook-{'-'.join(hooks) or 'none'}", title, desc, body)
+
+
+#: The chapters' diagrams: one hook each, or several where a chapter's schemes enter at more than one
+#: (ViT's learned and 2-D sinusoidal tables at the input and axial RoPE at q/k; chapter 17's KERPLE and
+#: FIRE biases, CoPE's extra logits, and randomized positions given to RoPE).
+VARIANTS = {"input": ("input",), "qk": ("qk",), "bias": ("bias",), "extra": ("extra",), "none": (),
+            "input-qk": ("input", "qk"), "bias-extra-qk": ("bias", "extra", "qk")}
 
 
 def render() -> dict[pathlib.Path, str]:
     """Every file the script owns -> its text."""
     files = {IMAGES / "where-position-enters.svg": main_diagram()}
-    for name in ("input", "qk", "bias", "extra", "none"):
-        files[IMAGES / "hooks" / f"{name}.svg"] = variant(None if name == "none" else name)
+    for name, hooks in VARIANTS.items():
+        files[IMAGES / "hooks" / f"{name}.svg"] = variant(hooks)
     return files
 
 

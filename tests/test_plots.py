@@ -224,3 +224,39 @@ def test_tables_print_four_significant_digits_right_aligned_and_round_only_float
     assert str(Table([{"a": 1}, {"a": 100}])).splitlines() == ["  a", "---", "  1", "100"]
     rounded = Table([{"b": True, "n": 7, "x": 1.23456}]).round(2)[0]
     assert rounded["b"] is True and rounded["n"] == 7 and rounded["x"] == 1.23
+
+
+def test_rope_extensions_have_one_style_in_both_chapters_and_differ_from_the_schemes_beside_them():
+    """Chapters 11 and 16 draw RoPE's extensions beside RoPE, its options, xPos, NoPE and the absolute tables:
+    each extension's colour is at least 20 (CIELAB) from the others and from every scheme drawn with them."""
+    import itertools
+    import math
+    from posenc.plots import SCALING_STYLE, SCHEME_STYLE, scaling_style
+    beside = ["rope", "nope", "xpos", "learned", "sinusoidal", "rope (NoPE layers)", "rope (randomized)",
+              "xpos (scale L/2)", "alibi"]
+    colours = [c for c, _ in SCALING_STYLE.values()]
+    assert min(math.dist(_cielab(a), _cielab(b)) for a, b in itertools.combinations(colours, 2)) >= 20
+    assert min(math.dist(_cielab(c), _cielab(SCHEME_STYLE[s][0])) for c in colours for s in beside) >= 20
+    assert scaling_style("YaRN", fine_tuned=True) == {"color": SCALING_STYLE["YaRN"][0], "marker": "D", "ls": "-"}
+    assert scaling_style("RoPE")["color"] == SCHEME_STYLE["rope"][0] and scaling_style("RoPE")["ls"] == "--"
+    with pytest.raises(ValueError, match="name must be 'RoPE' or one of"):
+        scaling_style("yarn")
+
+
+def test_variants_take_shades_of_their_schemes_hue_never_its_colour():
+    """shades(scheme, n): n colours from darker to lighter, each distinct from the scheme's own colour and from
+    each other, in the scheme's hue (a variant reads as its scheme's kin, not as another scheme)."""
+    import math
+    from posenc.plots import SCHEME_STYLE, shades
+    for scheme in ("deberta", "tupe", "learned", "complex"):
+        got = shades(scheme, 4)
+        lab = [_cielab(c) for c in got]
+        assert [l for l, _, _ in lab] == sorted(l for l, _, _ in lab)               # darker to lighter
+        own = _cielab(SCHEME_STYLE[scheme][0])
+        assert all(math.dist(c, own) > 5 for c in lab) and len(set(got)) == 4
+        hue = lambda c: math.atan2(c[2], c[1])
+        assert all(abs(math.remainder(hue(c) - hue(own), 2 * math.pi)) < 0.35 for c in lab)  # the same hue
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        shades("DeBERTa", 2)
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        shades("tupe", 0)

@@ -188,3 +188,17 @@ def test_stored_needs_every_record(tmp_path, monkeypatch):
     Store("ci").put(tiny(0), fake_record())
     assert stored([tiny(0), tiny(1)], "ci") is None
     assert [r["key"] for r in stored([tiny(0)], "ci")] == [tiny(0).key]
+
+
+# every committed verdict must follow from its own record: the one rule applied to the stored interval and band
+@pytest.mark.parametrize("profile", ["ci", "paper", "full"])
+def test_every_committed_verdict_follows_from_its_stored_interval_band_and_null(profile):
+    from posenc.runs.profiles import rejudge
+    rows = posenc.load_claims(profile)
+    assert rows, f"no committed {profile} claims"
+    banded = [r for r in rows if "band" in r]
+    unjudgeable = [(r["chapter"], r["claim"]) for r in banded if "null" not in r]
+    assert not unjudgeable, f"claims with a band but no null (rerun their chapter): {unjudgeable}"
+    wrong = [(r["chapter"], r["claim"], r["verdict"], rejudge(r)) for r in banded if rejudge(r) != r["verdict"]]
+    assert not wrong
+    assert all(r["profile"] == profile for r in rows)

@@ -755,6 +755,41 @@ def test_chapter_16s_paper_passkey_is_the_ci_passkey_trained_longer_on_new_seeds
     assert not {s.key for _, s in paper} & {s.key for _, s in ci}
 
 
+def test_chapter_17s_paper_kback_is_the_ci_kback_trained_longer_on_new_seeds():
+    """Plan 17_kback declares only the paper tier: the ci k-back runs (plain and randomized, RoPE and the learned
+    table) with KBACK_PAPER's steps, a tenth of them warm-up, and five seeds; nothing else changed."""
+    from posenc.runs.plans import biases
+    assert plan("17_kback", "ci") == [] and plan("17_kback", "full") == []
+    paper, ci = plan("17_kback", "paper"), [(lab, s) for lab, s in plan("17_learned_biases", "ci")
+                                            if lab["task"] == "kback"]
+    size = biases.KBACK_PAPER
+    assert size["warmup"] == size["steps"] // 10 and size["steps"] > 300
+    assert len(paper) == 4 * len(size["seeds"]) and {lab["seed"] for lab, _ in paper} == set(size["seeds"])
+    assert len(ci) == 12
+    for lab, spec in ci:
+        (twin,) = [s for la, s in paper if la == lab]
+        assert twin.replace(train={"steps": spec.train["steps"], "warmup": spec.train["warmup"]}) == spec
+        assert (spec.train.get("random_positions") is not None) == lab["randomized"]
+    assert not {s.key for _, s in paper} & {s.key for _, s in ci}
+
+
+def test_randomized_gain_keeps_only_the_seeds_whose_models_fit_the_task_at_L():
+    """gain(s) = accuracy beyond L randomized (read at random) - plain, over the lengths asked for; a seed whose
+    randomized or plain model is below `fits` at L is dropped, and none left gives an empty dict."""
+    from posenc.runs.plans.biases import randomized_gain
+    acc = {  # seed -> (plain at 1, 2, 4), (randomized read at random at 1, 2, 4)
+        0: ((1.0, 0.6, 0.4), (0.95, 0.8, 0.7)), 1: ((1.0, 0.5, 0.3), (0.5, 0.2, 0.1)),
+        2: ((0.7, 0.5, 0.3), (0.9, 0.9, 0.9))}
+    rows = [{"scheme": "rope", "seed": seed, "x_train": float(x), "randomized": rand, "accuracy": a,
+             "positions": "random" if rand else None}
+            for seed, arms in acc.items() for rand, arm in zip((False, True), arms) for x, a in zip((1, 2, 4), arm)]
+    rows += [{**r, "positions": "0..n-1", "accuracy": 1.0} for r in rows if r["randomized"]]  # never read
+    gain = randomized_gain(posenc.Table(rows), "rope", (2, 4))
+    assert list(gain) == [0] and gain[0] == pytest.approx((0.8 + 0.7) / 2 - (0.6 + 0.4) / 2)
+    assert randomized_gain(posenc.Table(rows), "rope", (2, 4), fits=0.99) == {}
+    assert set(randomized_gain(posenc.Table(rows), "rope", (2, 4), fits=0.5)) == {0, 1, 2}
+
+
 def test_chapter_10s_paper_rates_are_the_best_of_their_stored_grids_and_none_is_at_an_edge():
     """Chapter 10 at `paper`: every model trains at the rate with the best mean accuracy over the tuning seeds
     (outside the tier's seeds), a best at the grid's edge was extended (EXTRA_RATES) until it was not, and the

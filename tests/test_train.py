@@ -173,6 +173,33 @@ def test_record_claim_applies_the_one_rule_and_stores_the_evidence(tmp_path):
     assert rows["other side"]["verdict"] == "contradicted"
 
 
+def test_a_recorded_claim_can_be_judged_again_from_its_file_alone(tmp_path):
+    """record_claim stores the band's edges, its null, the mean and the profile; `rejudge` gives every stored
+    verdict back, equivalence and one-sided bands with their null at the edge included, and a record from
+    save_claim (no band numbers) is refused by name rather than judged on a guessed null."""
+    from posenc.analysis import Band
+    from posenc.runs.profiles import rejudge
+    cases = [(Band(0.05, None), [0.10, 0.11, 0.12]), (Band(0.05, None), [-0.3, -0.31, -0.29]),
+             (Band(None, 0.02, null=0.02), [0.01, 0.02, 0.03, 0.015, 0.025]),
+             (Band(None, 0.02, null=0.02), [0.05, 0.06, 0.055]), (Band(-0.02, 0.02), [0.05, 0.06, 0.055]),
+             (Band(None, 0.5, null=1.0), [0.6, 1.4, 0.7, 1.3]), (Band(1.1, None, null=1.0), [1.2, 1.3]),
+             (Band(0.05, None), [])]
+    words = []
+    for i, (band, values) in enumerate(cases):
+        words.append(posenc.record_claim("99_test", "paper", f"claim {i}", values, band, effect="e",
+                                         results_dir=tmp_path)["verdict"])
+    rows = posenc.load_claims("paper", results_dir=tmp_path)
+    assert [rejudge(r) for r in rows] == [r["verdict"] for r in rows] == words
+    assert words == ["reproduced", "contradicted", "not resolved", "contradicted", "contradicted", "not resolved",
+                     "not resolved", "not resolved"]
+    assert rows[2]["null"] == 0.02 and rows[2]["low"] is None and rows[2]["profile"] == "paper"
+    assert rows[0]["mean"] == pytest.approx(0.11)
+    posenc.save_claim("99_test", "paper", "old", "m", True, results_dir=tmp_path)
+    old = [r for r in posenc.load_claims("paper", results_dir=tmp_path) if r["claim"] == "old"][0]
+    with pytest.raises(ValueError, match="lacks"):
+        rejudge(old)
+
+
 def test_run_and_length_table_refuse_bad_lengths_and_a_config_that_is_a_dict():
     """`lengths=8` gave "'int' object is not iterable", (8.0,) a manual_seed error after training, and a dict
     for cfg "'dict' object has no attribute 'seed'"; a generator of lengths is still read once, whole."""

@@ -71,7 +71,7 @@ def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: boo
     measured: what the run found, formatted from its numbers; holds: a verdict of the one rule
     ("reproduced", "contradicted", "not resolved"; `record_claim` gives it), or for older
     chapters True (reproduced), False (not reproduced) or None (not resolved). `evidence` (band, interval, seeds, ...)
-    is stored with it. One file per chapter; the comparison chapter reads them all.
+    is stored with it, and so is the profile. One file per chapter; the comparison chapter reads them all.
     """
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES} (resolve 'auto' first); got {profile!r}")
@@ -80,7 +80,7 @@ def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: boo
     path = _claims_path(profile, chapter, results_dir)
     claims = _read_claims(path) if path.exists() else {}
     word = holds if isinstance(holds, str) else VERDICTS[holds]
-    claims[claim] = {"measured": measured, "verdict": word, "why": why, **evidence}
+    claims[claim] = {"measured": measured, "verdict": word, "why": why, "profile": profile, **evidence}
     atomic_write(path, json.dumps(_strict(claims), indent=1, allow_nan=False) + "\n")
 
 
@@ -127,13 +127,29 @@ def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect
                  why: str = "", results_dir: str | Path | None = None) -> dict:
     """Judge `claim` by the book's one rule (`claim_verdict`) and record it (design.md, "Claims").
 
-    The stored record carries the profile (its folder), the seeds, the 95% bootstrap interval and the
-    band. Returns `claim_verdict`'s dict.
+    The stored record carries the profile, the seeds, the mean effect, its 95% bootstrap interval and the
+    band, written out ("band") and as numbers (low and high, None where open, and null, the value of no
+    effect), so that its verdict can be judged again from the file alone (`rejudge`). Returns
+    `claim_verdict`'s dict.
     """
     out = claim_verdict(values, band, effect=effect, fmt=fmt)
-    save_claim(chapter, profile, claim, out["measured"], out["verdict"], why, results_dir, band=out["band"],
+    save_claim(chapter, profile, claim, out["measured"], out["verdict"], why, results_dir,
+               band=out["band"], low=band.low, high=band.high, null=band.null, mean=out["mean"],
                interval=out["interval"], seeds=out["seeds"])
     return out
+
+
+def rejudge(record: dict) -> str:
+    """The verdict the one rule gives a stored claim record (`record_claim`'s fields: low, high, null,
+    interval, seeds), for checking a claims file without the chapter that wrote it."""
+    from ..analysis import MIN_SEEDS, Band
+    missing = [k for k in ("low", "high", "null", "interval", "seeds") if k not in record]
+    if missing:
+        raise ValueError(f"record lacks {missing}: only claims written by record_claim can be judged again")
+    if record["seeds"] < MIN_SEEDS or record["interval"] is None:          # too few seeds, or none at all
+        return "not resolved"
+    band, (lo, hi) = Band(record["low"], record["high"], record["null"]), record["interval"]
+    return "reproduced" if band.contains(lo, hi) else "contradicted" if band.opposite(lo, hi) else "not resolved"
 
 
 def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dict]:
