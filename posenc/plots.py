@@ -141,8 +141,10 @@ def legend_below(ax, *, fontsize: float = 7, ncol: int | None = None):
     the axes ("best") can still cover the min-max bands and the far ends of the curves, which matplotlib
     does not count as data when it places one."""
     handles, _ = ax.get_legend_handles_labels()
-    return ax.legend(fontsize=fontsize, ncol=ncol or min(3, max(1, len(handles))), loc="upper center",
-                     bbox_to_anchor=(0.5, -0.22), frameon=False)
+    if ncol is None:                     # as many columns as fit under the axes: about 1.2 inches each, at most 3
+        inches = ax.get_position().width * ax.figure.get_figwidth()
+        ncol = max(1, min(3, len(handles), int(inches // 1.2)))
+    return ax.legend(fontsize=fontsize, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
 
 
 def _axes(ax, figsize=(6, 3.5)):
@@ -208,11 +210,17 @@ def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_t
 
 
 def metric_vs_length_by_group(table: Table, groups, *, y: str, ylabel: str, title: str = "",
-                              row_height: float = 3.4):
+                              row_height: float = 3.4, axes=None):
     """One panel per (name, schemes) of `groups`, sharing the y axis: `metric_vs_length` of the rows of those
     schemes against a log length axis, titled with the group's name and `title`, its legend below it.
+    `axes`: draw into these (one per group, e.g. a slice of a larger `panels` figure) instead of a new figure.
     Returns the figure."""
-    fig, axes = panels(len(groups), sharey=True, row_height=row_height)
+    if axes is None:
+        fig, axes = panels(len(groups), sharey=True, row_height=row_height)
+    else:
+        if len(axes) != len(groups):
+            raise ValueError(f"axes must hold one axes per group ({len(groups)}); got {len(axes)}")
+        fig = axes[0].figure
     for ax, (name, schemes) in zip(axes, groups):
         rows = Table(r for r in table if r["scheme"] in schemes)
         if not rows:
