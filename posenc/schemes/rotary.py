@@ -219,6 +219,14 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str 
     p: p-RoPE, the fraction of frequency pairs (highest first) that rotate; the others do not.
     kernel: "eager" or "compiled" (the half layout fused by `torch.compile`; see `rotate`).
     """
+    _check_finite(_check_positions(positions))
+    return rotate_at_positions(x, positions, base, layout, rotary_fraction=rotary_fraction, p=p, kernel=kernel)
+
+
+def rotate_at_positions(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved", *,
+                        rotary_fraction: float = 1.0, p: float = 1.0, kernel: str = "eager") -> Tensor:
+    """`apply_rope` without reading the positions' values (no NaN check, so no host read of a device tensor):
+    for the package's own training steps, whose positions are checked where they are made."""
     _check_layout(layout)
     if not isinstance(x, Tensor) or x.dim() < 2:
         raise ValueError(f"x must be a tensor [..., seq, dim]; got {getattr(x, 'shape', type(x).__name__)}")
@@ -352,9 +360,14 @@ def _check_positions(positions) -> Tensor:
     if positions.dtype in (torch.float16, torch.bfloat16):          # bf16 holds the integers only up to 256
         raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}, which "
                         f"rounds positions (bfloat16 above 256, float16 above 2048): pass them before the cast")
-    if positions.is_floating_point() and positions.device.type == "cpu" and not bool(torch.isfinite(positions).all()):
-        raise ValueError("positions must be finite; got NaN or inf (checked where reading them is free: on the CPU)")
     return positions
+
+
+def _check_finite(positions: Tensor) -> None:
+    """ValueError for NaN or infinite float positions, read only where reading is free (on the CPU): the public
+    functions call it; the schemes' training steps, whose positions the model has checked, do not."""
+    if positions.is_floating_point() and positions.device.type == "cpu" and not bool(torch.isfinite(positions).all()):
+        raise ValueError("positions must be finite; got NaN or inf")
 
 
 # -- the scheme -----------------------------------------------------------------------

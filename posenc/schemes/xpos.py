@@ -58,8 +58,8 @@ from torch import Tensor
 
 from ..scheme import register
 from ..scheme import PositionContext
-from .rotary import (RoPE, _check_dim, _check_layout, _check_positions, _compute_dtype, rope_table, rotate_leading,
-                     rotated_dims)
+from .rotary import (RoPE, _check_dim, _check_finite, _check_layout, _check_positions, _compute_dtype, rope_table,
+                     rotate_leading, rotated_dims)
 
 
 # -- functional core ------------------------------------------------------------------
@@ -146,6 +146,7 @@ def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, l
     if q.shape[-2:] != k.shape[-2:]:
         raise ValueError(f"q and k must have the same [seq, dim]; got {tuple(q.shape[-2:])} and {tuple(k.shape[-2:])}")
     positions = _check_positions(positions)
+    _check_finite(positions)
     if positions.shape[0] != q.shape[-2]:
         raise ValueError(f"positions must have length seq={q.shape[-2]} (q.shape[-2]); got {positions.shape[0]}")
     r = rotated_dims(q.shape[-1], rotary_fraction)

@@ -30,7 +30,7 @@ from ..host import to_device, values_checked_on_host
 from ..schemes.absolute import sinusoidal_at
 from ..model import Block, _init_weights, run_blocks
 from ..schemes.nope import NoPE
-from ..schemes.rotary import apply_rope
+from ..schemes.rotary import rotate_at_positions
 from ..scheme import PositionContext, Scheme
 from ..model import classification_loss  # noqa: F401  (re-exported: the loss_fn for this module's tasks)
 
@@ -294,13 +294,14 @@ def axial_rope(x: Tensor, rows: Tensor, cols: Tensor, base: float = 100.0, layou
 
         R(r, c) = diag(R_{d/2}(r), R_{d/2}(c)),   <R(r_m, c_m) q, R(r_n, c_n) k> = f(q, k, r_m - r_n, c_m - c_n)
 
-    since each block is a 1-D RoPE (RoFormer Eq. 16) on its own half; `posenc.rotary.apply_rope` does each.
+    since each block is a 1-D RoPE (RoFormer Eq. 16) on its own half; `posenc.rotary.apply_rope` does each
+    (`rotate_at_positions`, its body without the host read of a NaN check, in a training step).
     """
     half = x.shape[-1] // 2
     if x.shape[-1] % 4:
         raise ValueError(f"axial RoPE needs a head dim divisible by 4 (two rotated halves); got {x.shape[-1]}")
-    return torch.cat([apply_rope(x[..., :half], rows, base, layout),
-                      apply_rope(x[..., half:], cols, base, layout)], -1)      # (..., h*w, d)
+    return torch.cat([rotate_at_positions(x[..., :half], rows, base, layout),
+                      rotate_at_positions(x[..., half:], cols, base, layout)], -1)      # (..., h*w, d)
 
 
 class AxialRoPE(Scheme):
