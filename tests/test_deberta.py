@@ -160,7 +160,8 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="k must"):
         relative_distance(4, 4, 0)
     with pytest.raises(ValueError, match="q_len"):
-        relative_distance(0, 4, 2)
+        relative_distance(-1, 4, 2)
+    assert relative_distance(0, 4, 2).shape == (0, 4)        # no queries: an empty table, as Shaw's ids give
     with pytest.raises(ValueError, match="max_len"):
         small_model("deberta", causal=False, max_len=8)(torch.zeros(1, 4, dtype=torch.long), torch.arange(4) + 10)
     assert "deberta" in posenc.SCHEMES and isinstance(small_model("deberta", causal=False).scheme, DeBERTa)

@@ -502,3 +502,16 @@ def test_functional_inputs_are_checked_by_name():
     direct = torch.nn.functional.interpolate(table.T.reshape(1, 2, 4, 4), size=(3, 3), mode="bicubic",
                                              align_corners=False)
     assert out.dtype == torch.float64 and torch.equal(out, direct.reshape(2, 9).T)   # resampled in float64
+
+
+def test_relative_index_functions_refuse_bools_and_agree_on_empty_queries():
+    """A bool is an int in Python: True would have served as a distance of 1. Zero queries give an empty table in
+    both relative-index functions (DeBERTa's used to refuse what Shaw's accepted)."""
+    from posenc.functional import clipped_relative_positions, relative_distance
+    for f in (clipped_relative_positions, relative_distance):
+        assert f(0, 3, 2).shape == (0, 3)
+        for bad in ((True, 3, 2), (3, 3, True)):
+            with pytest.raises(ValueError, match="must be a (non-negative|positive) int; got True"):
+                f(*bad)
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        posenc.build_model("deberta", 10, d_model=32, n_heads=4, causal=False, k=True)

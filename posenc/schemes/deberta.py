@@ -79,7 +79,7 @@ def relative_index(query_pos: Tensor, key_pos: Tensor, k: int, bucket_size: int 
 
     With `bucket_size` (v2), the distance is log-bucketed first and k = bucket_size.
     """
-    if not isinstance(k, int) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive int; got {k!r}")
     rel = whole_distances(query_pos[:, None] - key_pos[None, :], "DeBERTa's table")   # (Nq, Nk): i - j
     if bucket_size is not None:
@@ -91,8 +91,8 @@ def relative_index(query_pos: Tensor, key_pos: Tensor, k: int, bucket_size: int 
 def relative_distance(q_len: int, k_len: int, k: int) -> Tensor:
     """DeBERTa's delta(i, j) for i < q_len, j < k_len (contract): long [q_len, k_len] in [0, 2k)."""
     for name, value in (("q_len", q_len), ("k_len", k_len)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int; got {value!r}")
     return relative_index(torch.arange(q_len), torch.arange(k_len), k)
 
 
@@ -165,7 +165,7 @@ class DeBERTa(Scheme):
             raise ValueError("bucket_size and max_position must be given together (v2 log buckets) or not at all")
         if bucket_size is not None:
             log_bucket_position(torch.zeros(1), bucket_size, max_position)        # validates both now, by name
-        if not isinstance(k, int) or k < 1:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int; got {k!r}")
         if p2c_delta not in ("paper", "code"):
             raise ValueError(f"p2c_delta must be 'paper' or 'code'; got {p2c_delta!r}")

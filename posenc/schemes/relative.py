@@ -45,7 +45,7 @@ def distinct_distances(q_pos: Tensor, k_pos: Tensor | None = None) -> tuple[Tens
 
 def relative_ids(q_pos: Tensor, k_pos: Tensor, max_distance: int) -> Tensor:
     """clip(k_pos[j] - q_pos[i], -k, k) + k as long [q_len, k_len], for any 1-D positions."""
-    if not isinstance(max_distance, int) or max_distance < 0:
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 0:
         raise ValueError(f"max_distance must be a non-negative int; got {max_distance!r}")
     rel = k_pos[None, :] - q_pos[:, None]                                       # (Q, K) j - i
     return whole_distances(rel, "Shaw's table").clamp(-max_distance, max_distance) + max_distance          # (Q, K) in [0, 2k]
