@@ -74,14 +74,17 @@ def test_build_and_forward_either_work_or_raise_an_error_naming_the_bad_argument
     bad_build = [b for b in bad if b in NAMES]
     cls = posenc.SCHEMES[scheme]
     refused_scheme = getattr(cls, "causal_only", False) and kwargs["causal"] is False
+    # a [CLS] classifier under a causal mask would see only [CLS] itself: refused in any scheme
+    refused_cls = kwargs["causal"] is True and kwargs.get("cls_token") is True and kwargs.get("num_classes") is not None
     try:
         model = posenc.build_model(scheme, vocab, **kwargs).eval()
     except (ValueError, TypeError) as err:
         message = str(err)
         if bad_build:
-            assert any(n in message for b in bad_build for n in NAMES[b]), (bad_build, message)
-        else:                       # nothing bad: only a causal-only scheme (xPos, CoPE) in an encoder is refused
-            assert refused_scheme and "causal" in message, (scheme, kwargs, message)
+            assert any(n in message for b in bad_build for n in NAMES[b]) or (refused_cls and "cls_token" in message), \
+                (bad_build, message)
+        else:                       # nothing bad: only a causal-only scheme (xPos, CoPE) in an encoder, or a causal
+            assert (refused_scheme or refused_cls) and "causal" in message, (scheme, kwargs, message)  # [CLS] classifier
         return
     assert not bad_build, f"{scheme} built with bad {bad_build}: {kwargs}"
     try:

@@ -121,7 +121,7 @@ def test_the_model_runs_at_lengths_never_seen(causal):
 
 def test_a_cls_token_is_the_first_step_of_the_recursion():
     """With [CLS], the GRU reads [CLS; x_1..x_n]: CLS is step 1, so the tokens' codes all follow it."""
-    model = small_model("rnn", causal=True, cls_token=True, num_classes=3)
+    model = small_model("rnn", causal=False, cls_token=True, num_classes=3)   # a causal [CLS] would see only itself
     with torch.no_grad():
         model.cls.normal_()                                       # zero at initialisation: make it visible
     read = []
