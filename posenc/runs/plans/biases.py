@@ -99,8 +99,11 @@ def kback_paper(profile: str):
     if profile != "paper":
         return []
     steps = {k: KBACK_PAPER[k] for k in ("steps", "warmup")}
-    return [pair for seed in KBACK_PAPER["seeds"] for s in RANDOMIZED["kback"]
-            for pair in kback_pair(s, seed, SIZES["ci"], **steps)]
+    out = [pair for seed in KBACK_PAPER["seeds"] for s in RANDOMIZED["kback"]
+           for pair in kback_pair(s, seed, SIZES["ci"], **steps)]
+    # randomized RoPE keeps its weights: the chapter reads it again at other spacings (`spacing_probe`)
+    return [(lab, spec.replace(keep_weights=True) if lab["randomized"] and lab["scheme"] == "rope" else spec)
+            for lab, spec in out]
 
 
 def paper_kback():
@@ -129,3 +132,28 @@ def randomized_gain(rows, scheme: str, beyond, *, fits: float = FITS_AT_L) -> di
     fitted = {s for s, a in acc(1, True, positions="random").items() if a >= fits}
     fitted &= {s for s, a in acc(1, False).items() if a >= fits}
     return {s: g for s, g in paired_difference(rand, plain).items() if s in fitted}
+
+
+#: (length, range of the positions) read by `spacing_probe`, as multiples of L and of the training range M.
+SPACING_PROBE = ((1, 1), (1, 0.25), (4, 1), (4, 4))
+
+
+def spacing_probe(model, spec: RunSpec, cases=SPACING_PROBE) -> list:
+    """Accuracy of a model trained at randomized positions when the spacing of its positions and the length of
+    its input are changed apart. Each case (a, b) reads inputs of a L tokens at sorted positions drawn from
+    [0, b M), M the training range: their mean gap is about b M / (a L). (1, 1) is the training protocol at L;
+    (1, 1/4) packs the positions of an L-token input as closely as the protocol packs a 4L one; (4, 1) is the
+    protocol at 4L; (4, 4) spreads a 4L input back to the training gaps (which also brings distances never
+    seen). Rows: {length, positions from, mean gap, accuracy}."""
+    from ..evaluate import length_table
+    from ..train import RandomPositions
+    from ...tasks import make_task
+    task = make_task(spec.task, **spec.task_kwargs)
+    L, M = task.train_length, spec.train["random_positions"]
+    rows = []
+    for a, b in cases:
+        m, n = int(round(b * M)), a * L
+        acc = length_table(RandomPositions(model, m, seed=1_000_003 * spec.seed + n), task, [n], **spec.eval)
+        rows.append({"length": f"{a}L", "positions from": f"[0, {b:g} M)", "mean gap": round(m / (n + 1), 1),
+                     "accuracy": acc[0]["accuracy"]})
+    return rows
