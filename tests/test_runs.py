@@ -1032,3 +1032,36 @@ def test_default_workers_on_a_gpu_are_ten_per_gpu_but_never_more_than_cores(monk
     monkeypatch.setattr(execute.torch.cuda, "device_count", lambda: gpus)
     assert execute.default_workers("auto") == expected             # a Colab runtime: two cores, one T4 -> 2
     assert execute.default_workers("cpu") == cores
+
+
+def test_the_spacing_probe_reads_each_case_at_its_length_and_range():
+    """spacing_probe(model, spec): case (a, b) reads inputs of a L tokens at sorted positions drawn from [0, b M);
+    the recorded positions stay in that range, the lengths are a L (+ the start token), the gaps are as stated."""
+    from posenc.runs.plans import biases
+    from posenc.runs.recipes import build_untrained
+    (spec,) = [s for lab, s in plan("17_kback", "paper") if lab["randomized"] and lab["scheme"] == "rope"
+               and lab["seed"] == 0]
+    spec = spec.replace(eval={"n_samples": 4})
+    torch.manual_seed(0)
+    model, seen = build_untrained(spec).eval(), []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner, self.causal = model, model.causal
+
+        def forward(self, tokens, positions=None):
+            seen.append((tokens.shape[1], positions.clone()))
+            return self.inner(tokens, positions=positions)
+
+    rows = biases.spacing_probe(Recorder(), spec)
+    L, M = spec.task_kwargs["train_length"], spec.train["random_positions"]
+    assert [(r["length"], r["positions from"]) for r in rows] == [("1L", "[0, 1 M)"), ("1L", "[0, 0.25 M)"),
+                                                                  ("4L", "[0, 1 M)"), ("4L", "[0, 4 M)")]
+    assert [r["mean gap"] for r in rows] == [round(b * M / (a * L + 1), 1) for a, b in biases.SPACING_PROBE]
+    assert all(0 <= r["accuracy"] <= 1 for r in rows)
+    per_case = len(seen) // len(biases.SPACING_PROBE)                   # the cases are read one after another
+    assert per_case >= 1 and len(seen) == per_case * len(biases.SPACING_PROBE)
+    for k, (a, b) in enumerate(biases.SPACING_PROBE):
+        for n, p in seen[k * per_case:(k + 1) * per_case]:
+            assert n == a * L + 1 and (p.diff() > 0).all() and p.min() >= 0 and p.max() < b * M   # [BOS] x_1..x_n
