@@ -732,11 +732,15 @@ def test_passkey_effects_are_the_share_won_back_and_the_randomized_lead_per_seed
             for s in (0, 1) for (v, x), pair in acc.items() for d, a in zip((0.0, 1.0), pair)]
     rows += [{"seed": s, "randomized": True, "variant": "as trained", "positions": pos, "x_train": 4.0, "depth": d,
               "accuracy": value} for s in (0, 1) for pos, value in (("random", 0.9), ("0..n-1", 0.1)) for d in (0.0, 1.0)]
+    # at L, read at random: seed 0's randomized model fits the task, seed 1's does not (read at 0..n-1 it would)
+    rows += [{"seed": s, "randomized": True, "variant": "as trained", "positions": pos, "x_train": 1.0, "depth": d,
+              "accuracy": value} for s, fit in ((0, 0.95), (1, 0.5)) for pos, value in (("random", fit), ("0..n-1", 1.0))
+             for d in (0.0, 1.0)]
     out = rx.passkey_effects(rows)
     assert set(out["recovered"]) == {"YaRN x4, fine-tuned"}
     for s in (0, 1):                                  # (0.75 - 0.5) / (0.9 - 0.5), the same for both seeds
         assert out["recovered"]["YaRN x4, fine-tuned"][s] == pytest.approx(0.625)
-        assert out["randomized lead"][s] == pytest.approx(0.9 - (0.5 - 0.1 * s))
+    assert out["randomized lead"] == {0: pytest.approx(0.9 - 0.5)}     # only the seed whose models learned the task
 
 
 def test_chapter_16s_paper_passkey_is_the_ci_passkey_trained_longer_on_new_seeds():

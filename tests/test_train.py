@@ -211,3 +211,14 @@ def test_run_and_length_table_refuse_bad_lengths_and_a_config_that_is_a_dict():
     with pytest.raises(TypeError, match="cfg must be a posenc.TrainConfig; got dict"):
         posenc.run("nope", task, {"steps": 1}, causal=True, lengths=(8,))
     assert [r["length"] for r in posenc.length_table(model, task, (n for n in (8, 16)), n_samples=4)] == [8, 16]
+
+
+def test_rejudge_reads_a_claims_file_straight_from_json(tmp_path):
+    """A claim never reached stores an infinite interval edge as the string "inf": rejudge takes the raw file too."""
+    import json
+    from posenc.analysis import Band
+    from posenc.runs.profiles import rejudge
+    posenc.record_claim("99_test", "ci", "never", [0.3, float("inf"), 0.4, 0.35], Band(None, 0.45, null=1.0),
+                        effect="share", results_dir=tmp_path)
+    (raw,) = json.loads((tmp_path / "ci" / "claims" / "99_test.json").read_text()).values()
+    assert raw["interval"][1] == "inf" and rejudge(raw) == raw["verdict"]

@@ -141,14 +141,16 @@ def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect
 
 def rejudge(record: dict) -> str:
     """The verdict the one rule gives a stored claim record (`record_claim`'s fields: low, high, null,
-    interval, seeds), for checking a claims file without the chapter that wrote it."""
+    interval, seeds), for checking a claims file without the chapter that wrote it: a record as `load_claims`
+    gives it, or straight from `json.load` (its infinities the strings "inf" and "-inf")."""
     from ..analysis import MIN_SEEDS, Band
     missing = [k for k in ("low", "high", "null", "interval", "seeds") if k not in record]
     if missing:
         raise ValueError(f"record lacks {missing}: only claims written by record_claim can be judged again")
     if record["seeds"] < MIN_SEEDS or record["interval"] is None:          # too few seeds, or none at all
         return "not resolved"
-    band, (lo, hi) = Band(record["low"], record["high"], record["null"]), record["interval"]
+    number = lambda v: float(v) if v in ("inf", "-inf") else v       # a raw file writes infinities as strings
+    band, (lo, hi) = Band(record["low"], record["high"], record["null"]), map(number, record["interval"])
     return "reproduced" if band.contains(lo, hi) else "contradicted" if band.opposite(lo, hi) else "not resolved"
 
 

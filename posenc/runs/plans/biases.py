@@ -23,6 +23,7 @@ training); in the LM sweep it keeps the package default (512, beyond every evalu
 """
 from __future__ import annotations
 
+from ...analysis import FITS_AT_L
 from ..spec import RunSpec
 from . import declare
 from .comparison import SIZES, cell
@@ -38,10 +39,6 @@ COUNTING = {"k": 1, "dilute": True, "max_eval_factor": 4}
 #: random), so ci cannot test their claims. The steps were chosen on pilot seed 100, outside the tier: after 2400
 #: steps both randomized models read 1.00 at L at random positions.
 KBACK_PAPER = {"steps": 2400, "warmup": 240, "seeds": (0, 1, 2, 3, 4)}
-#: What a claim about accuracy beyond L presupposes: a model that fits the task at L, read as it was trained
-#: (named after the ci runs were seen; they split into 0.83 and more, and 0.44 and less, so any value between
-#: gives the same seeds).
-FITS_AT_L = 0.8
 
 
 def counting(scheme: str, seed: int, size: dict, **scheme_kwargs) -> RunSpec:

@@ -136,9 +136,11 @@ def passkey_effects(rows) -> dict:
 
         recovered(v) = (acc_4L(v) - acc_4L) / (acc_L - acc_4L),
 
-    and the lead at 4L of RoPE trained at randomized positions (read at random positions) over RoPE. Returns
-    {"recovered": {variant: {seed: share}}, "randomized lead": {seed: accuracy difference}}."""
-    from ...analysis import per_seed
+    and the lead at 4L of RoPE trained at randomized positions (read at random positions) over RoPE, over the
+    seeds on which both fit the task at L (`posenc.analysis.FITS_AT_L`: a model that never learned the task
+    says nothing about extrapolating it). Returns {"recovered": {variant: {seed: share}}, "randomized lead":
+    {seed: accuracy difference}} (the lead empty when no seed fits)."""
+    from ...analysis import FITS_AT_L, per_seed
     acc = lambda x, **where: per_seed(rows, "accuracy", x_train=x, **where)
     at_L, at_4L = acc(1, variant="as trained", randomized=False), acc(FACTOR, variant="as trained", randomized=False)
     variants = [v for v in dict.fromkeys(r["variant"] for r in rows if not r["randomized"]) if v != "as trained"]
@@ -146,5 +148,6 @@ def passkey_effects(rows) -> dict:
     for v in variants:
         won = acc(FACTOR, variant=v, randomized=False)
         recovered[v] = {s: (won[s] - at_4L[s]) / (at_L[s] - at_4L[s]) for s in at_4L}
-    randomized = acc(FACTOR, randomized=True, positions="random")
-    return {"recovered": recovered, "randomized lead": {s: randomized[s] - at_4L[s] for s in at_4L}}
+    randomized, fits = acc(FACTOR, randomized=True, positions="random"), acc(1, randomized=True, positions="random")
+    kept = [s for s in at_4L if at_L[s] >= FITS_AT_L and fits[s] >= FITS_AT_L]
+    return {"recovered": recovered, "randomized lead": {s: randomized[s] - at_4L[s] for s in kept}}
