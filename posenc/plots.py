@@ -136,15 +136,19 @@ def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAG
     return fig, flat[:n]
 
 
-def legend_below(ax, *, fontsize: float = 7, ncol: int | None = None):
+def legend_below(ax, *, fontsize: float = 8, ncol: int | None = None):
     """The axes' legend under its x label, in up to three columns and without a frame: a legend inside
     the axes ("best") can still cover the min-max bands and the far ends of the curves, which matplotlib
-    does not count as data when it places one."""
+    does not count as data when it places one. It hangs a fixed distance in points below the axes (room for
+    the tick labels and the x label), whatever the axes' height."""
+    from matplotlib.transforms import offset_copy
     handles, _ = ax.get_legend_handles_labels()
-    if ncol is None:                     # as many columns as fit under the axes: about 1.2 inches each, at most 3
+    if ncol is None:                     # as many columns as fit under the axes: about 1.3 inches each, at most 3
         inches = ax.get_position().width * ax.figure.get_figwidth()
-        ncol = max(1, min(3, len(handles), int(inches // 1.2)))
-    return ax.legend(fontsize=fontsize, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
+        ncol = max(1, min(3, len(handles), int(inches // 1.3)))
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-(30 if ax.get_xlabel() else 16), units="points")
+    return ax.legend(fontsize=fontsize, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                     bbox_transform=below, frameon=False)
 
 
 def _axes(ax, figsize=(6, 3.5)):
