@@ -450,9 +450,6 @@ class RoPE(Scheme):
                                      f"give original_max_position_embeddings, the training context")
         previous = (getattr(self, "scaling", None), getattr(self, "factor", 1.0), getattr(self, "scaling_params", {}))
         self.scaling, self.factor, self.scaling_params = scaling, float(factor), dict(params)
-        # The class says True (RoPE's scores depend on m - n only); a scaling that reads the current length
-        # n = max(position) + 1 makes an offset of every position change the frequencies, so this instance says False.
-        self.shift_invariant = scaling not in LENGTH_DEPENDENT
         if scaling in ROPE_TYPES:
             try:  # validates the parameters now, at the training length and beyond it
                 L = params.get("original_max_position_embeddings")
@@ -460,8 +457,10 @@ class RoPE(Scheme):
                     self.frequencies(n)
             except (ValueError, TypeError) as err:        # a refused scaling leaves the scheme as it was
                 self.scaling, self.factor, self.scaling_params = previous
-                self.shift_invariant = previous[0] not in LENGTH_DEPENDENT
                 raise type(err)(f"scaling={scaling!r}: {err}") from None
+        # The class says True (RoPE's scores depend on m - n only); a scaling that reads the current length
+        # n = max(position) + 1 makes an offset of every position change the frequencies, so this instance says False.
+        self.shift_invariant = scaling not in LENGTH_DEPENDENT
         self.clear_cache()
 
     def clear_cache(self) -> None:
