@@ -332,8 +332,8 @@ def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: in
                 **scheme_kwargs) -> Transformer:
     """A `Transformer` using the scheme called `scheme`.
 
-    `max_len` is the longest sequence (tokens, plus [CLS] if any) that table-based
-    schemes must serve; `scheme_kwargs` go to the scheme's constructor. The model is
+    `max_len` is the longest token sequence that table-based schemes must serve (with
+    `cls_token`, their tables get one more row, for [CLS]); `scheme_kwargs` go to the scheme's constructor. The model is
     called as `model(tokens, positions=None)` -> logits [batch, seq, vocab].
     """
     check_model_args(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal,

@@ -128,6 +128,7 @@ def panels(n: int, *, cols: int = 2, row_height: float = 2.9, width: float = PAG
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width, row_height * rows), dpi=DPI, layout="constrained",
                              squeeze=False, **subplot_kw)
+    fig.get_layout_engine().set(w_pad=6 / 72)      # 6 pt between side-by-side panels' labels (default 3)
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.remove()
@@ -142,13 +143,38 @@ def legend_below(ax, *, fontsize: float = 8, ncol: int | None = None):
     does not count as data when it places one. It hangs a fixed distance in points below the axes (room for
     the tick labels and the x label), whatever the axes' height."""
     from matplotlib.transforms import offset_copy
-    handles, _ = ax.get_legend_handles_labels()
-    if ncol is None:                     # as many columns as fit under the axes: about 1.3 inches each, at most 3
-        inches = ax.get_position().width * ax.figure.get_figwidth()
-        ncol = max(1, min(3, len(handles), int(inches // 1.3)))
+    handles, labels = ax.get_legend_handles_labels()
+    if ncol is None:                     # as many columns as fit under the axes, at most 3
+        ncol = max([k for k in (1, 2, 3) if k <= max(1, len(labels))
+                    and _legend_width(ax, labels, k, fontsize) <= _axes_width(ax)])
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-(30 if ax.get_xlabel() else 16), units="points")
     return ax.legend(fontsize=fontsize, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                      bbox_transform=below, frameon=False)
+
+
+def _legend_width(ax, labels, ncol: int, fontsize: float) -> float:
+    """Inches a frameless legend of `labels` in `ncol` columns takes: matplotlib fills its columns in
+    order, the first len % ncol of them one entry longer, and pads each entry by the default handle
+    length (2 em) and handle pad (0.8 em), with 2 em between columns."""
+    from matplotlib.font_manager import FontProperties
+    renderer, font = ax.figure.canvas.get_renderer(), FontProperties(size=fontsize)
+    text = [renderer.get_text_width_height_descent(label, font, ismath=False)[0] / ax.figure.dpi for label in labels]
+    rows, longer = divmod(len(text), ncol)
+    sizes = [rows + 1] * longer + [rows] * (ncol - longer)
+    starts = [sum(sizes[:j]) for j in range(ncol)]
+    widths = [max(text[a:a + k]) for a, k in zip(starts, sizes) if k]
+    em = fontsize / 72
+    return sum(widths) + len(widths) * 2.8 * em + (len(widths) - 1) * 2.0 * em
+
+
+def _axes_width(ax) -> float:
+    """About the width in inches the axes will have once a constrained layout has run: its grid cell's share
+    of the figure's width less 0.6 inches for the y tick labels and y label. A legend much wider than its
+    axes makes the constrained layout shrink the axes."""
+    spec = ax.get_subplotspec()
+    if spec is None:
+        return ax.get_position().width * ax.figure.get_figwidth()
+    return ax.figure.get_figwidth() * len(spec.colspan) / spec.get_gridspec().ncols - 0.6
 
 
 def _axes(ax, figsize=(6, 3.5)):
@@ -214,24 +240,33 @@ def metric_vs_length(table: Table, *, y: str, hue: str = "scheme", x: str = "x_t
 
 
 def metric_vs_length_by_group(table: Table, groups, *, y: str, ylabel: str, title: str = "",
-                              row_height: float = 3.4, axes=None):
+                              row_height: float = 3.4, axes=None, own_y=()):
     """One panel per (name, schemes) of `groups`, sharing the y axis: `metric_vs_length` of the rows of those
     schemes against a log length axis, titled with the group's name and `title`, its legend below it.
-    `axes`: draw into these (one per group, e.g. a slice of a larger `panels` figure) instead of a new figure.
-    Returns the figure."""
+    `own_y`: names of groups drawn on their own y axis instead, e.g. a zoom on curves that a shared axis
+    would stack on one another. `axes`: draw into these (one per group, e.g. a slice of a larger `panels`
+    figure) instead of a new figure. Returns the figure."""
+    names = [name for name, _ in groups]
+    unknown = [name for name in own_y if name not in names]
+    if isinstance(own_y, str) or unknown:
+        raise ValueError(f"own_y must name groups among {names}; got {own_y!r}")
     if axes is None:
-        fig, axes = panels(len(groups), sharey=True, row_height=row_height)
+        fig, axes = panels(len(groups), row_height=row_height)
     else:
         if len(axes) != len(groups):
             raise ValueError(f"axes must hold one axes per group ({len(groups)}); got {len(axes)}")
         fig = axes[0].figure
+    shared = [ax for ax, name in zip(axes, names) if name not in own_y]
+    for ax in shared[1:]:
+        if not shared[0].get_shared_y_axes().joined(shared[0], ax):    # `axes` may come shared already
+            ax.sharey(shared[0])
     for ax, (name, schemes) in zip(axes, groups):
         rows = Table(r for r in table if r["scheme"] in schemes)
         if not rows:
             raise ValueError(f"groups: no rows for the schemes of {name!r} ({', '.join(map(str, schemes))})")
         metric_vs_length(rows, y=y, ax=ax, ylabel=ylabel, logx=True, legend=False)
         ax.set_title(f"{name}{title}", fontsize=9)
-        legend_below(ax, ncol=3)
+        legend_below(ax)
     return fig
 
 
@@ -255,6 +290,15 @@ def ratio_bars(ratios: dict, *, xlabel: str, marks=(1.0, 2.0), ax=None, title: s
     return ax
 
 
+def _colorbar(im, ax, label: str):
+    """A slim colour bar beside `ax`, its label at 8 pt: at the default size, the label of a left panel's bar
+    reached the y label of the panel to its right."""
+    bar = plt.colorbar(im, ax=ax, fraction=0.046)
+    bar.set_label(label, fontsize=8)
+    bar.ax.tick_params(labelsize=8)
+    return bar
+
+
 def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_labels=None):
     """Heatmap of one head's attention weights [query, key]."""
     _check_matrix("weights", weights, "[query, key] (one head: weights[b, h])")
@@ -266,7 +310,7 @@ def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_label
     if tick_labels is not None:
         ax.set_xticks(range(len(tick_labels)), tick_labels, fontsize=6, rotation=90)
         ax.set_yticks(range(len(tick_labels)), tick_labels, fontsize=6)
-    plt.colorbar(im, ax=ax, fraction=0.046, label="attention weight")
+    _colorbar(im, ax, "attention weight")
     return ax
 
 
@@ -281,7 +325,7 @@ def position_similarity(table: torch.Tensor, *, ax=None, title: str = "", cosine
     ax.set(xlabel="position j", ylabel="position i", title=title)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.yaxis.get_major_locator().set_params(integer=True)
-    plt.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity" if cosine else "dot product")
+    _colorbar(im, ax, "cosine similarity" if cosine else "dot product")
     return ax
 
 
@@ -306,5 +350,5 @@ def patch_similarity_grid(table: torch.Tensor, grid, *, ax=None, title: str = ""
     ax.set_xticks([c * (w + 1) + (w - 1) / 2 for c in range(w)], range(w))              # counted from 0, as r = n // w
     ax.set_yticks([r * (h + 1) + (h - 1) / 2 for r in range(h)], range(h))
     ax.set(xlabel="input patch column", ylabel="input patch row", title=title)
-    plt.colorbar(im, ax=ax, fraction=0.046, label="cosine similarity")
+    _colorbar(im, ax, "cosine similarity")
     return ax

@@ -70,6 +70,38 @@ def test_metric_vs_length_by_group_draws_one_panel_per_family_on_a_shared_axis()
     plt.close("all")
 
 
+def test_a_group_named_in_own_y_gets_its_own_y_axis_and_the_others_stay_shared():
+    table = Table([{"scheme": s, "x_train": x, "seed": 0, "bpc": base + 0.01 * x}
+                   for s, base in (("nope", 3.0), ("rope", 5.0), ("alibi", 2.1), ("xl", 2.12)) for x in (1, 2, 4, 8)])
+    groups = [("a", ["nope", "rope"]), ("b", ["nope", "alibi"]), ("flat", ["alibi", "xl"])]
+    fig = plots.metric_vs_length_by_group(table, groups, y="bpc", ylabel="bits per character", own_y=("flat",))
+    a, b, flat = fig.get_axes()
+    assert a.get_shared_y_axes().joined(a, b) and not a.get_shared_y_axes().joined(a, flat)
+    low, high = flat.get_ylim()
+    assert high - low < 0.5 < a.get_ylim()[1] - a.get_ylim()[0]     # the zoom spans its own curves only
+    for bad in ("flat", ("nope",)):
+        with pytest.raises(ValueError, match="own_y must name groups"):
+            plots.metric_vs_length_by_group(table, groups, y="bpc", ylabel="bits per character", own_y=bad)
+    plt.close("all")
+
+
+def test_legends_below_side_by_side_panels_take_only_the_columns_that_fit_under_their_axes():
+    long = ["rope (randomized)", "fire (threshold L/4)", "xpos (scale L/2)", "t5 (max_distance L/2)"]
+    short = ["nope", "rope", "alibi", "fire", "cope", "xl"]
+    fig, axes = plots.panels(4, cols=2)
+    for ax, names in zip(axes, (short, long + short, long, short[:2])):
+        for k, name in enumerate(names):
+            ax.plot([0, 1], [k, k], label=name)
+        ax.set_xlabel("evaluation length")
+        plots.legend_below(ax)
+    fig.canvas.draw()
+    boxes = [ax.get_legend().get_window_extent() for ax in axes]
+    assert all(box.width <= ax.get_window_extent().width for box, ax in zip(boxes, axes))  # or the layout shrinks ax
+    assert not boxes[2].overlaps(boxes[3]) and not boxes[0].overlaps(boxes[1])
+    assert [ax.get_legend()._ncols for ax in axes] == [3, 2, 1, 2]      # short labels fill three columns
+    plt.close("all")
+
+
 def test_panels_are_lettered_in_reading_order_and_the_letter_heads_each_title():
     fig, axes = plots.panels(5, cols=2)
     axes[1].set_title("kback")
