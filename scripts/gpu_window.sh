@@ -6,6 +6,7 @@
 #                                                        under 64 MiB, and the runner reads records, not weights)
 #   call 1:      bash scripts/gpu_window.sh             (timeout_s 600, carry [".whl"]; the deadline is at most 400 s)
 #   back here:   bash scripts/device_unpack.sh <files_at>  (the runs this call finished, in parts of under 16 MiB,
+#                                                        or in interim.tgz if the call was cut short,
 #                                                        unpacked; their weights set aside, or call 2 is refused
 #                                                        for a tree over 64 MiB; cuda.json copied if it came)
 #   call 2, at once (a machine left idle 30 s is given back), if `full` is not done and at least 3 minutes
@@ -27,7 +28,7 @@
 # The runner takes the missing `full` runs of every chapter in priority order, the runs that need a quarter of
 # the deadline or more first (longest first), stores each the moment it ends, starts none that its cost model
 # says would end after the deadline, and stops cleanly there (a run in flight is abandoned and the next window
-# resumes it). WORKERS=10 skips the worker probe (70 s); the 2026-12-04 windows all ran 10 set by hand, so the probe
+# starts it again). WORKERS=10 skips the worker probe (70 s); the 2026-12-04 windows all ran 10 set by hand, so the probe
 # has yet to run on a GPU: a window with a long tier left should let it (PROBES=always, where the dry run would
 # skip it), and its answer then holds for the rest. The stacking probe
 # (60 s) times NoPE, RoPE and ALiBi: in the third 2026-12-04 window it timed NoPE and RoPE alone (1.24x, same
@@ -40,9 +41,11 @@
 # dry-run before and after with the cost model refitted to this window (dry_run.txt).
 # If the whole tier is done before the deadline, the time left to the call's budget goes to the
 # CUDA cost table (scripts/gpu_costs.sh: cuda.json, bench.log), after the store is packed.
-# Budget of one device call (600 s): probes <= 160 s (skipped where they cannot pay), runner at most 400 s, then
-# about 25 s to list, refit and pack the store (BUDGET, 570 s, bounds the deadline and the optional cost table):
-# the archive is made before anything optional, and the deadline leaves 60 s for it.
+# Budget of one device call (600 s): probes <= 160 s (skipped where they cannot pay), runner at most 400 s (and
+# killed 45 s past its deadline if it has not stopped), then the store is packed at once, and only then listed
+# and refitted (BUDGET, 570 s, bounds the deadline and the optional cost table). While the runner runs, the
+# runs it finished are re-packed every minute into interim.tgz, which the final pack replaces: a call killed at
+# its time limit still brings back all but the last minute's runs. The script exits with the runner's status.
 # Rehearsal without a GPU (tests/test_gpu_window.py runs it in a throwaway copy of the repository):
 #   DEVICE=cpu CHAPTERS=01_learned STACK=0 DEADLINE=20 bash scripts/gpu_window.sh
 # DEVICE goes to the runner's --device (default auto: the GPU), CHAPTERS to its --chapters (default all).
@@ -57,6 +60,7 @@ OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 BEFORE=$(mktemp)                                  # the store as it came: only what this call adds goes back
 find results/full -type f | sort > "$BEFORE"
+export STAMP=$(mktemp)                             # and what it rewrites (scripts/pack_new.sh)
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 SELECT=${CHAPTERS:+--chapters $CHAPTERS}
 SITE=${SITE:-/tmp/posenc-site}
@@ -115,18 +119,32 @@ if [ -z "${DEADLINE:-}" ]; then                             # a computed deadlin
     [ "$DEADLINE" -ge 20 ] || RUN=0
 fi
 echo "deadline: $DEADLINE s ($SPENT s spent of a $BUDGET s budget)" | tee -a "$OUT/runner.log"
+STATUS=0
 if [ "$RUN" = 0 ]; then
     echo "under 20 s left for the runner: it is not started" | tee -a "$OUT/runner.log"
 else
-    python3 -m posenc.runs --profile full $SELECT --device "${DEVICE:-auto}" --deadline "$DEADLINE" \
-        --workers "$WORKERS" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
+    # While the runner runs, the runs it has finished are re-packed every minute into OUT/interim.tgz (a
+    # rename: whole at any moment), so that a call killed at its time limit still brings them back.
+    # (TERM ends the loop at once while it sleeps, and after the pack while it packs: never a pack left running.)
+    ( trap 'exit 0' TERM
+      while :; do sleep "${INTERIM_EVERY:-60}" & wait $!
+                  INTERIM=1 bash scripts/pack_new.sh "$BEFORE" "$OUT" >> "$OUT/runner.log" 2>&1; done ) &
+    PACKER=$!
+    # A hard stop past the deadline too: the runner stops itself there, but the archive must be made in time.
+    timeout --kill-after=10 $(( DEADLINE + 45 )) python3 -m posenc.runs --profile full $SELECT \
+        --device "${DEVICE:-auto}" --deadline "$DEADLINE" --workers "$WORKERS" $FLAGS 2>&1 | tee -a "$OUT/runner.log"
+    STATUS=${PIPESTATUS[0]}
+    kill "$PACKER" 2> /dev/null; wait "$PACKER" 2> /dev/null
+    echo "runner exit status: $STATUS" | tee -a "$OUT/runner.log"
 fi
-{ echo "== after"; python3 -m posenc.runs --profile full $SELECT --dry-run
-  echo "== the cost model refitted to this window"; python3 -m posenc.runs --profile full --fit; } >> "$OUT/dry_run.txt" 2>&1
-bash scripts/pack_new.sh "$BEFORE" "$OUT"                 # the runs this call finished, in parts
+bash scripts/pack_new.sh "$BEFORE" "$OUT"                 # the runs this call finished, in parts: first
+{ echo "== after"; timeout 60 python3 -m posenc.runs --profile full $SELECT --dry-run
+  echo "== the cost model refitted to this window"; timeout 60 python3 -m posenc.runs --profile full --fit
+} >> "$OUT/dry_run.txt" 2>&1
 LEFT=$(( BUDGET - ($(date +%s) - START) ))
 if grep -q "^cuda: 0 runs missing" "$OUT/dry_run.txt" && [ "$LEFT" -gt 90 ]; then
     echo "the full tier is done, $LEFT s left: the CUDA cost table"
     OUT="$OUT" LIMIT=$(( LEFT - 15 )) bash scripts/gpu_costs.sh
 fi
 ls -la "$OUT"
+exit "$STATUS"                                            # the runner's: 1 if a run failed

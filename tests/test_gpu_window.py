@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import tarfile
@@ -80,19 +81,39 @@ def unfinished() -> str:
     pytest.skip("the full tier of every long-running chapter is stored: no deadline to reach")
 
 
+def startable(deadline: float) -> str:
+    """A chapter with `full` runs missing whose shortest is estimated (on a CPU) to fit its first-job slack of
+    `deadline`, and would take most of it: the runner starts it, and the deadline may stop it in flight."""
+    from posenc.runs.costs import estimate_seconds
+    from posenc.runs.ensure import missing
+    from posenc.runs.execute import FIRST_JOB_SLACK
+    from posenc.runs.plans import names, plan
+    for chapter in names():
+        todo = missing([s for _, s in plan(chapter, "full")], "full")
+        if todo and deadline / 2 <= min(estimate_seconds(s, "cpu") for s in todo) <= FIRST_JOB_SLACK * deadline:
+            return chapter
+    pytest.skip(f"no chapter has a missing full run that a {deadline} s deadline would start")
+
+
 def test_a_window_that_reaches_its_deadline_stops_the_runner_and_brings_the_store_back(repo):
-    chapter = unfinished()
-    proc, seconds, out = window(repo, CHAPTERS=chapter, DEADLINE="15")
+    """The runner starts what its first-job slack allows, stops at the deadline (a run in flight abandoned, or
+    finished just in time), the runs it finished were re-packed every few seconds while it ran, and the final
+    pack holds exactly the runs the log says were stored."""
+    chapter = startable(30.0)
+    proc, seconds, out = window(repo, CHAPTERS=chapter, DEADLINE="30", INTERIM_EVERY="4")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert seconds < 15 + 60, f"the job took {seconds:.0f} s, past its budget (DEADLINE + 60 s)"
+    assert seconds < 30 + 60, f"the job took {seconds:.0f} s, past its budget (DEADLINE + 60 s)"
     log = (out / "runner.log").read_text()
-    assert "left for the next call" in log and "steps/s in all" in log, log
+    assert "steps/s in all" in log and re.search(r"[1-9]\d* (left for the next call|not started)", log), log
+    assert "interim: " in log and "runner exit status: 0" in log, log              # re-packed while it ran
     listing = (out / "dry_run.txt").read_text()
     assert "== before" in listing and "== after" in listing and "cost model refitted" in listing, listing
     assert listing.count(chapter) == 4, listing            # cpu and cuda lines, before and after
     assert str(repo / STORE) in listing, listing                # the copy's posenc and store, never the checkout's
-    assert packed(out) == []                                    # nothing was finished: only new runs travel back
-    assert {p.name for p in out.iterdir()} == {"dry_run.txt", "runner.log", "store.tgz.0"}   # 8 files come back at most
+    stored = int(re.search(r"(\d+) runs stored", log).group(1))
+    assert len([n for n in packed(out) if n.endswith(".json")]) == stored     # only the new runs travel back
+    # 8 files come back at most; the final pack replaced the interim archive
+    assert {p.name for p in out.iterdir()} == {"dry_run.txt", "runner.log", "store.tgz.0"}
     assert "cuda.json" not in {p.name for p in out.iterdir()}   # the cost table waits for a finished tier
 
 
@@ -208,13 +229,13 @@ def test_the_runs_a_window_finished_come_back_in_parts_the_device_tool_can_carry
     listing.write_text("".join(f"{STORE / p.name}\n" for p in sorted(store.iterdir())))
     rng = random.Random(0)
     new = {}
-    for key in ("00aa", "00ab", "ffee"):                        # two runs with weights, one without
+    for key in ("00aa000000000000", "00ab000000000000", "ffee000000000000"):   # two runs with weights, one without
         new[f"{key}.json"] = b'{"key": "%s"}\n' % key.encode()
-        if key != "00ab":
+        if key != "00ab000000000000":
             new[f"{key}.pt"] = bytes(rng.getrandbits(8) for _ in range(6000))   # incompressible: several parts
     for name, data in new.items():
         (store / name).write_bytes(data)
-    (store / "ffee.pt.part").write_bytes(b"in flight")        # a run abandoned at the deadline: not packed
+    (store / ".ffee000000000000.pt.4242-x1.tmp").write_bytes(b"in flight")   # a run abandoned at the deadline
     out = repo / "out"
     out.mkdir()
     proc = subprocess.run(["bash", "scripts/pack_new.sh", str(listing), str(out)], cwd=repo, capture_output=True,
@@ -225,7 +246,8 @@ def test_the_runs_a_window_finished_come_back_in_parts_the_device_tool_can_carry
     assert len(parts) >= 3 and all(p.stat().st_size <= 4096 for p in parts), [p.stat().st_size for p in parts]
     names = packed(out)
     assert sorted(names) == sorted(new)
-    assert names.index("00aa.pt") < names.index("00aa.json") and names.index("ffee.pt") < names.index("ffee.json")
+    assert names.index("00aa000000000000.pt") < names.index("00aa000000000000.json")
+    assert names.index("ffee000000000000.pt") < names.index("ffee000000000000.json")
     joined = b"".join(p.read_bytes() for p in sorted(parts, key=lambda p: int(p.suffix[1:])))
     with tarfile.open(fileobj=io.BytesIO(joined)) as tar:
         assert {Path(m.name).name: tar.extractfile(m).read() for m in tar.getmembers()} == new
@@ -239,6 +261,95 @@ def test_the_runs_a_window_finished_come_back_in_parts_the_device_tool_can_carry
         n: (b"" if n.endswith(".pt") else d) for n, d in new.items()}                  # weights: empty, aside
     assert {p.name: p.read_bytes() for p in (here / ".weights-aside" / STORE).iterdir()} == {
         n: d for n, d in new.items() if n.endswith(".pt")}
+
+
+def archive(members: dict) -> bytes:
+    """A tar.gz of {path: bytes}, in that order."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def unpack(here: Path, files_at: Path) -> subprocess.CompletedProcess:
+    (here / STORE).mkdir(parents=True, exist_ok=True)
+    if not (here / "scripts").exists():
+        shutil.copytree(ROOT / "scripts", here / "scripts")
+    return subprocess.run(["bash", "scripts/device_unpack.sh", str(files_at)], cwd=here, capture_output=True,
+                          text=True)
+
+
+def test_a_call_that_brought_back_no_runs_still_copies_its_cost_table_and_sets_weights_aside(tmp_path):
+    """The 2026-12-05 review: an empty archive (the tier already done, only the cost table ran) stopped the old
+    script at `tar --wildcards` before it copied cuda.json."""
+    files_at = tmp_path / "files"
+    files_at.mkdir()
+    (files_at / "store.tgz.0").write_bytes(archive({}))
+    (files_at / "cuda.json").write_text('{"machine": "cuda: NVIDIA H100"}')
+    here = tmp_path / "here"
+    (here / "results" / "bench").mkdir(parents=True)
+    proc = unpack(here, files_at)
+    assert proc.returncode == 0, proc.stderr
+    assert (here / "results" / "bench" / "cuda.json").read_text() == '{"machine": "cuda: NVIDIA H100"}'
+    assert "0 file(s) written" in proc.stdout and "weights files set aside" in proc.stdout, proc.stdout
+    assert list((here / STORE).iterdir()) == []
+
+
+def test_an_archive_cut_short_gives_every_whole_run_before_the_cut_and_never_half_a_file(tmp_path):
+    rng = random.Random(1)
+    runs = {f"{STORE}/{k:016x}.{ext}": (bytes(rng.getrandbits(8) for _ in range(3000)) if ext == "pt"
+                                        else b'{"key": "%016x"}\n' % k)
+            for k in range(4) for ext in ("pt", "json")}
+    whole = archive({**runs, "../../escape.json": b"{}", f"{STORE}/not-a-key.json": b"{}"})
+    files_at = tmp_path / "files"
+    files_at.mkdir()
+    cut = len(whole) * 2 // 3
+    (files_at / "store.tgz.0").write_bytes(whole[:cut // 2])
+    (files_at / "store.tgz.1").write_bytes(whole[cut // 2:cut])          # the last part never came back
+    here = tmp_path / "here"
+    proc = unpack(here, files_at)
+    assert proc.returncode == 0 and "read stopped" in proc.stdout, proc.stdout + proc.stderr
+    got = {p.name for p in (here / STORE).iterdir()}
+    assert got, "some whole runs came before the cut"
+    for name in got:                                                  # every file written is whole
+        data = runs[f"{STORE}/{name}"]
+        assert (here / ".weights-aside" / STORE / name).read_bytes() == data if name.endswith(".pt") \
+            else (here / STORE / name).read_bytes() == data
+    assert len(got) < len(runs) and not (tmp_path / "escape.json").exists()
+    # The interim archive of a call killed before its final pack: taken when no parts came.
+    for p in files_at.iterdir():
+        p.unlink()
+    (files_at / "interim.tgz").write_bytes(whole)
+    shutil.rmtree(here)
+    proc = unpack(here, files_at)
+    assert proc.returncode == 0 and "skipped" in proc.stdout, proc.stdout
+    assert {p.name for p in (here / STORE).iterdir()} == {Path(n).name for n in runs}
+
+
+def test_a_file_the_call_rewrote_in_place_goes_back_with_the_new_ones(repo, tmp_path):
+    """A record that was there when the call began but was rewritten (corrupt, run again) is not in the
+    listing's difference: STAMP, a file touched as the call began, finds it by its time."""
+    store = repo / STORE
+    old = store / "0123456789abcdef.json"
+    old.write_text("{truncated")
+    listing = repo / "before.txt"
+    listing.write_text("".join(f"{STORE / p.name}\n" for p in sorted(store.iterdir())))
+    stamp = tmp_path / "stamp"
+    stamp.touch()
+    os.utime(old, (time.time() - 100, time.time() - 100))          # written before the call began
+    time.sleep(0.05)
+    old.write_text('{"key": "0123456789abcdef"}')                  # run again during the call
+    out = repo / "out"
+    out.mkdir()
+    run = lambda env: subprocess.run(["bash", "scripts/pack_new.sh", str(listing), str(out)], cwd=repo,
+                                     capture_output=True, text=True, env={**os.environ, **env})
+    assert run({}).returncode == 0 and packed(out) == []           # by path alone: missed
+    for p in out.iterdir():
+        p.unlink()
+    assert run({"STAMP": str(stamp)}).returncode == 0 and packed(out) == ["0123456789abcdef.json"]
 
 
 def test_the_weights_set_aside_for_a_device_call_come_back_byte_for_byte(tmp_path):

@@ -162,14 +162,25 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_records(tmp_path)
 
 def test_a_write_killed_before_its_rename_leaves_a_temporary_file_that_the_next_write_of_that_path_removes(tmp_path):
     """atomic_write's temporary file outlives a SIGKILL between the write and the rename; the next write of the same
-    record removes it (the test above kills a runner at random moments and expects none left), and leaves another
-    record's alone."""
+    record removes it once its writer is gone (the test above kills a runner at random moments and expects none
+    left), and leaves alone another record's, and one whose writer still runs (it may be writing now)."""
     from posenc.runs.store import atomic_write
-    (tmp_path / ".a.json.k1ll3d.tmp").write_text("{partial")
-    (tmp_path / ".b.json.k1ll3d.tmp").write_text("{partial")
-    (tmp_path / ".a.json.x.json.tmp").write_text("another path's")        # .a.json.x.json's, not a.json's
-    atomic_write(tmp_path / "a.json", "{}")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".a.json.x.json.tmp", ".b.json.k1ll3d.tmp", "a.json"]
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = gone.stdout.strip()                                   # a pid whose process has ended
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / f".a.json.{dead}-k1ll3d.tmp").write_text("{partial")
+        (tmp_path / ".a.json.k1ll3d.tmp").write_text("{partial")                # no pid: an older writer's
+        (tmp_path / f".a.json.{live.pid}-wr1t1ng.tmp").write_text("{half")     # another writer, still writing
+        (tmp_path / f".b.json.{dead}-k1ll3d.tmp").write_text("{partial")
+        (tmp_path / f".a.json.x.json.{dead}-k1ll3d.tmp").write_text("another path's")   # .a.json.x.json's
+        atomic_write(tmp_path / "a.json", "{}")
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+            f".a.json.x.json.{dead}-k1ll3d.tmp", f".b.json.{dead}-k1ll3d.tmp", f".a.json.{live.pid}-wr1t1ng.tmp",
+            "a.json"])
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_every_chapter_plan_is_a_list_of_labelled_specs():
@@ -212,6 +223,8 @@ def test_the_runner_refuses_the_full_profile_without_a_gpu(tmp_path, monkeypatch
     ([], {"WORLD_SIZE": "0"}, "need WORLD_SIZE >= 1"),
     ([], {"RANK": "3", "WORLD_SIZE": "2"}, "0 <= RANK < WORLD_SIZE; got RANK=3, WORLD_SIZE=2"),
     ([], {"RANK": "x"}, "RANK and WORLD_SIZE must be ints"),
+    (["--prune"], {}, "does not combine with --prune or --fit"),        # a dry run that deleted records
+    (["--fit"], {}, "does not combine with --prune or --fit"),
 ])
 def test_the_runner_refuses_a_deadline_or_a_rank_that_would_silently_run_nothing_or_forever(args, env, match, capsys):
     from posenc.runs.__main__ import main
@@ -224,6 +237,33 @@ def test_the_runner_refuses_a_deadline_or_a_rank_that_would_silently_run_nothing
         for k, v in old.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     assert stop.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_ranks_split_the_specs_by_key_so_a_rank_that_plans_again_never_takes_another_ranks_spec():
+    from posenc.runs.__main__ import mine
+    todo = [("c", tiny(seed=s, steps=3)) for s in range(12)]
+    shares = [mine(todo, rank, 3) for rank in range(3)]
+    assert sorted(s.key for share in shares for _, s in share) == sorted(s.key for _, s in todo)   # each once
+    for rank in range(3):                                  # the list changes (runs finished): the shares do not
+        assert [s.key for _, s in mine(todo[5:], rank, 3)] == [s.key for _, s in shares[rank] if s in
+                                                               {t for _, t in todo[5:]}]
+
+
+def test_under_torchrun_each_rank_sees_its_own_gpu_and_shares_the_cores(monkeypatch):
+    from posenc.runs.__main__ import one_gpu_per_rank
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert one_gpu_per_rank(world=2) == 2 and os.environ["CUDA_VISIBLE_DEVICES"] == "6"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert one_gpu_per_rank(world=1) == 1 and os.environ["CUDA_VISIBLE_DEVICES"] == "5"   # no torchrun: untouched
+
+
+def test_the_store_names_a_wrong_argument():
+    with pytest.raises(TypeError, match="root must be a folder"):
+        Store("ci", 5)
+    with pytest.raises(TypeError, match="spec must be a RunSpec; got str"):
+        Store("ci").get("abc")
 
 
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])
@@ -333,21 +373,72 @@ def test_with_a_deadline_the_longest_jobs_go_first():
     estimates = [5.0, 300.0, 1.0, 120.0, 29.0]
     assert deadline_order(estimates, None) == [0, 1, 2, 3, 4]
     assert LONG_SHARE == 0.25
-    assert deadline_order(estimates, 100.0) == [1, 3, 4, 0, 2]   # >= 25 s first, longest first
+    # >= 25 s first, longest first; 300 s cannot end within 1.25 times the deadline: last, to be deferred
+    assert deadline_order(estimates, 100.0) == [3, 4, 0, 2, 1]
     assert deadline_order(estimates, 1000.0) == [1, 0, 2, 3, 4]
 
 
-def test_a_worker_defers_a_job_that_would_end_after_the_deadline_but_always_starts_its_first(tmp_path):
+def test_a_worker_defers_a_job_that_would_end_after_the_deadline_and_its_first_only_past_the_slack(tmp_path):
+    """A worker's first job starts if its estimate ends within FIRST_JOB_SLACK of the time left (700 s of 600:
+    estimates are rough, and the longest jobs must be tried); a later one only if it ends in time; a job far
+    longer than the time left never starts, even first (it would be cut off, and its worker's time with it)."""
     import queue
-    from posenc.runs.execute import DEFERRED, _worker
+    from posenc.runs.execute import DEFERRED, FIRST_JOB_SLACK, _worker
+    assert FIRST_JOB_SLACK == 1.25
     jobs, done = queue.Queue(), queue.Queue()
-    for seed, estimate in ((0, 1e9), (1, 1e9), (2, 0.0)):
+    for seed, estimate in ((0, 700.0), (1, 700.0), (2, 0.0)):
         jobs.put(([tiny(seed=seed, steps=3).to_dict()], estimate))
     jobs.put(None)
     _worker(jobs, done, "ci", str(tmp_path), "cpu", end=time.monotonic() + 600)
     out = {key: error for key, _, error in (done.get_nowait() for _ in range(done.qsize()))}
     assert out == {tiny(seed=0, steps=3).key: None, tiny(seed=1, steps=3).key: DEFERRED, tiny(seed=2, steps=3).key: None}
     assert Store("ci", tmp_path).get(tiny(seed=1, steps=3)) is None
+    jobs.put(([tiny(seed=3, steps=3).to_dict()], 1e9))
+    jobs.put(None)
+    _worker(jobs, done, "ci", str(tmp_path), "cpu", end=time.monotonic() + 600)
+    assert done.get_nowait() == (tiny(seed=3, steps=3).key, None, DEFERRED)
+
+
+def test_a_worker_reports_a_spec_it_cannot_rebuild_as_failed_by_key_and_goes_on(tmp_path):
+    import queue
+    from posenc.runs.execute import _worker
+    jobs, done = queue.Queue(), queue.Queue()
+    jobs.put(([{"key": "not-rebuilt", "scheme": "nope", "task": "synthetic", "recipe": "registered-elsewhere"}], 0.0))
+    jobs.put(([tiny(seed=0, steps=3).to_dict()], 0.0))
+    jobs.put(None)
+    _worker(jobs, done, "ci", str(tmp_path), "cpu")
+    (key, _, error), (ok, _, none) = done.get_nowait(), done.get_nowait()
+    assert key == "not-rebuilt" and "cannot rebuild this spec" in error and "importable module" in error
+    assert ok == tiny(seed=0, steps=3).key and none is None
+
+
+def _dying_worker(jobs, done, *args):
+    """A worker that dies at once, as one killed for memory would (spawned by reference: module level)."""
+    os._exit(3)
+
+
+def _slow_worker(jobs, done, *args):
+    """A worker still busy at any short deadline."""
+    time.sleep(60)
+
+
+def test_specs_left_by_a_worker_that_died_are_failed_with_its_exit_code_not_left_for_the_next_call(tmp_path,
+                                                                                                   monkeypatch):
+    monkeypatch.setattr(sys.modules["posenc.runs.execute"], "_worker", _dying_worker)
+    specs = [tiny(seed=s, steps=3) for s in (0, 1)]
+    out = run_specs(specs, Store("ci", tmp_path), workers=2, progress=False)
+    assert sorted(out["failed"]) == sorted(s.key for s in specs) and out["abandoned"] == [] and out["done"] == []
+    assert all("died (exit code 3)" in error for error in out["failed"].values())
+
+
+def test_after_a_deadline_an_unreadable_record_does_not_count_as_done(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules["posenc.runs.execute"], "_worker", _slow_worker)
+    spec, store = tiny(seed=0, steps=3), Store("ci", tmp_path)
+    store.folder.mkdir(parents=True)
+    store.path(spec).write_text('{"key": "trunc')                              # a record cut short
+    with pytest.warns(UserWarning, match="corrupt run record"):
+        out = run_specs([spec], store, workers=1, deadline=1.0, progress=False)
+    assert out["done"] == [] and out["abandoned"] == [spec.key]
 
 
 def test_run_specs_reports_the_deferred_apart_from_the_abandoned(tmp_path, monkeypatch):
@@ -356,7 +447,7 @@ def test_run_specs_reports_the_deferred_apart_from_the_abandoned(tmp_path, monke
     monkeypatch.setattr(costs, "estimate_seconds", lambda spec, device, constants=None: far.get(spec.key, 0.01))
     specs = [tiny(seed=s, steps=3) for s in (2, 1, 0)]
     out = run_specs(specs, Store("ci", tmp_path), workers=1, deadline=300, progress=False)
-    assert sorted(out["done"]) == sorted([specs[0].key, specs[2].key]) and out["deferred"] == [specs[1].key]
+    assert out["done"] == [specs[0].key] and sorted(out["deferred"]) == sorted([specs[1].key, specs[2].key])
     assert out["abandoned"] == [] and out["failed"] == {}
 
 

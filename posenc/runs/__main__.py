@@ -5,12 +5,12 @@
     python -m posenc.runs --profile full --dry-run            # what is missing, and its estimated cost
     python -m posenc.runs --profile full --fit                # the cost model refitted to the stored runs
     python -m posenc.runs --profile paper --tasks corpus      # only the runs of one task (or synthetic task name)
-    torchrun --nproc_per_node 4 -m posenc.runs --profile full # ranks share the specs (i % world == rank)
+    torchrun --nproc_per_node 4 -m posenc.runs --profile full # one GPU per rank; a spec goes to rank key % world
 
 Runs are ordered by chapter, then seed, then estimated cost, so that within a deadline
 whole chapters and first seeds are done before later ones. Every run is stored the
-moment it ends; a run still going at the deadline is abandoned and the next call
-resumes it.
+moment it ends; a run still going at the deadline is abandoned, and the next call
+starts it again.
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def fit_report(profile: str) -> int:
 
 
 def _rank_and_world(parser) -> tuple[int, int]:
-    """torchrun's RANK and WORLD_SIZE (0 and 1 without torchrun): this process takes runs rank, rank + world, ..."""
+    """torchrun's RANK and WORLD_SIZE (0 and 1 without torchrun): this process takes the specs `mine` gives it."""
     try:
         rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     except ValueError:
@@ -111,6 +111,28 @@ def _rank_and_world(parser) -> tuple[int, int]:
     if world < 1 or not 0 <= rank < world:
         parser.error(f"need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE; got RANK={rank}, WORLD_SIZE={world}")
     return rank, world
+
+
+def mine(todo: list, rank: int, world: int) -> list:
+    """The (chapter, spec) pairs of `todo` that rank `rank` of `world` runs: those whose key (hexadecimal) is rank
+    modulo world. A spec's rank follows from the spec alone, so a rank planning again while others still run
+    never takes their specs (a split by position in the list would, once the list changes)."""
+    return [(name, spec) for name, spec in todo if int(spec.key, 16) % world == rank]
+
+
+def one_gpu_per_rank(world: int) -> int:
+    """Under torchrun with several ranks on a machine, this rank's GPU alone visible to it and its workers
+    (CUDA_VISIBLE_DEVICES narrowed to entry LOCAL_RANK), before anything touches CUDA; returns how many ranks
+    share the machine (LOCAL_WORLD_SIZE; 1 without torchrun), which share its cores among their workers."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if world > 1 else 1
+    if local_world > 1:
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = visible.split(",") if visible else [str(i) for i in range(local_world)]
+        if local_rank >= len(gpus):
+            raise SystemExit(f"LOCAL_RANK={local_rank} but only {len(gpus)} GPUs are visible ({visible!r})")
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[local_rank]
+    return local_world
 
 
 def main(argv=None) -> int:
@@ -142,6 +164,8 @@ def main(argv=None) -> int:
         parser.error(f"--workers must be >= 1; got {args.workers}")
     if args.deadline is not None and not (math.isfinite(args.deadline) and args.deadline > 0):
         parser.error(f"--deadline must be a finite number of seconds > 0; got {args.deadline}")
+    if args.dry_run and (args.prune or args.fit):
+        parser.error("--dry-run lists what is missing; it does not combine with --prune or --fit")
     if args.prune:
         return prune(args.profile)
     if args.fit:
@@ -153,7 +177,8 @@ def main(argv=None) -> int:
                      f"{args.profile} runs: {', '.join(sorted(t for t in known if t))}")
     todo = of_tasks(collect(chapters, args.profile), args.tasks)
     rank, world = _rank_and_world(parser)
-    todo = todo[rank::world]
+    local_world = one_gpu_per_rank(world)
+    todo = mine(todo, rank, world)
     store = Store(args.profile)
     if args.dry_run:
         for device in ("cpu", "cuda"):
@@ -183,7 +208,7 @@ def main(argv=None) -> int:
         print("the full profile is made on a GPU (design.md) and this machine has none: nothing run "
               "(--device cpu runs it here anyway)", file=sys.stderr)
         return 2
-    workers = args.workers or default_workers(args.device)
+    workers = args.workers or max(1, default_workers(args.device) // local_world)
     from .graphed import graphs_asked
     if args.cuda_graphs:
         print("--cuda-graphs: every run steps through CUDA graphs where it can; its record says what it did "
@@ -216,7 +241,7 @@ def _run(todo, store, args, workers, chapters, rank, world) -> int:
             break
         # A plan may read the store (a learning-rate grid declares its tuned seeds once the grid is stored):
         # plan again, and go on while that declares runs not yet made.
-        todo = of_tasks(collect(chapters, args.profile), args.tasks)[rank::world]
+        todo = mine(of_tasks(collect(chapters, args.profile), args.tasks), rank, world)
     return 1 if failed else 0
 
 

@@ -148,6 +148,9 @@ def seed_groups(specs, stack: bool) -> list[list]:
 #: With a deadline, a job estimated to need at least this share of it starts first, longest first: a run that
 #: needs most of a call and starts late is abandoned at the deadline, and its worker's time with it.
 LONG_SHARE = 0.25
+#: A worker's first job may be estimated to end this much past the deadline (the estimates are rough, and the
+#: longest jobs must be tried); a job estimated longer than that is certain to be cut off, and never starts.
+FIRST_JOB_SLACK = 1.25
 #: What a worker reports, in place of an error, for a job it did not start because its estimate ends after the
 #: deadline: the next call runs it, and the worker takes a shorter one.
 DEFERRED = "deferred: estimated to end after the deadline"
@@ -155,28 +158,49 @@ DEFERRED = "deferred: estimated to end after the deadline"
 
 def deadline_order(estimates: list, deadline: float | None) -> list[int]:
     """The order (indices into the jobs, whose estimated seconds are `estimates`) in which workers take them:
-    with a deadline, the jobs estimated at LONG_SHARE of it or more first, longest first, then the rest in
-    their given (priority) order; without one, the given order."""
+    with a deadline, the jobs estimated at LONG_SHARE of it or more (but within FIRST_JOB_SLACK of it) first,
+    longest first, then the rest in their given (priority) order, and last those too long for the deadline
+    (which the workers then defer); without one, the given order."""
     if deadline is None:
         return list(range(len(estimates)))
-    long = sorted((i for i, e in enumerate(estimates) if e >= LONG_SHARE * deadline), key=lambda i: -estimates[i])
-    return long + [i for i, e in enumerate(estimates) if e < LONG_SHARE * deadline]
+    fits = [e <= FIRST_JOB_SLACK * deadline for e in estimates]
+    long = sorted((i for i, e in enumerate(estimates) if fits[i] and e >= LONG_SHARE * deadline),
+                  key=lambda i: -estimates[i])
+    return (long + [i for i, e in enumerate(estimates) if fits[i] and e < LONG_SHARE * deadline]
+            + [i for i in range(len(estimates)) if not fits[i]])
+
+
+def starts(estimate: float, now: float, end: float | None, first: bool) -> bool:
+    """Whether a worker starts a job estimated at `estimate` seconds at `now` (time.monotonic()) with the
+    deadline at `end`: always without a deadline; a worker's first job if it ends within FIRST_JOB_SLACK
+    of the time left; a later job only if it ends before the deadline."""
+    if end is None:
+        return True
+    return estimate <= (FIRST_JOB_SLACK if first else 1.0) * (end - now)
 
 
 def _worker(jobs, done, profile: str, root: str, device: str, end: float | None = None) -> None:
     """A worker process: run groups of specs from `jobs` until a None arrives; report (key, seconds or error).
 
-    Each job comes with its estimated seconds. Past its first job, a worker does not start one whose estimate
-    ends after `end` (time.monotonic(), the parent's clock too): it reports each spec as DEFERRED and takes
-    the next. Its first job always starts, so the longest jobs, queued first, are always tried."""
+    Each job comes with its estimated seconds. A worker does not start one that `starts` says would end after
+    `end` (time.monotonic(), the parent's clock too): it reports each spec as DEFERRED and takes the next.
+    Its first job may overrun a little, so the longest jobs, queued first, are tried. A job whose specs cannot
+    be rebuilt here (a recipe registered in the parent alone, not in an importable module) is reported as
+    failed, by key."""
     store = Store(profile, root)
     first = True
     while True:
         item = jobs.get()
         if item is None:
             return
-        specs, estimate = [RunSpec.from_dict(d) for d in item[0]], item[1]
-        if not first and end is not None and time.monotonic() + estimate > end:
+        try:
+            specs, estimate = [RunSpec.from_dict(d) for d in item[0]], item[1]
+        except Exception as err:  # noqa: BLE001 (reported to the parent, which names the spec)
+            for d in item[0]:
+                done.put((d.get("key", "?"), None, f"the worker cannot rebuild this spec ({type(err).__name__}: "
+                          f"{err}); a recipe must be registered in an importable module, not only in __main__"))
+            continue
+        if not starts(estimate, time.monotonic(), end, first):
             for spec in specs:
                 done.put((spec.key, None, DEFERRED))
             continue
@@ -202,10 +226,11 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
 
     workers == 1 and no deadline: in this process. Otherwise worker processes (spawned);
     at `deadline` (seconds from now) they are killed: what finished is stored, runs in
-    flight are abandoned and the next call resumes them; the longest jobs start first, and a job whose
+    flight are abandoned and the next call starts them again; the longest jobs start first, and a job whose
     estimate (`posenc.runs.costs`) ends after the deadline is deferred, not started (`deadline_order`,
-    `_worker`). With `stack_seeds`, the seeds of one spec are one job, trained as one stacked model where
-    they can be (`execute_group`). Returns {"done", "failed", "abandoned", "deferred"} (the last two: keys
+    `starts`). Specs left unfinished by a worker that died before the deadline (killed for memory, a crash)
+    are reported as failed, with its exit code. With `stack_seeds`, the seeds of one spec are one job,
+    trained as one stacked model where they can be (`execute_group`). Returns {"done", "failed", "abandoned", "deferred"} (the last two: keys
     for the next call).
     """
     specs = list(specs)
@@ -215,7 +240,12 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
     done, failed = [], {}
     if workers == 1 and deadline is None and not stack_seeds:
         for spec in specs:
-            execute(spec, store, device)
+            try:
+                execute(spec, store, device)
+            except Exception as err:
+                err.add_note(f"while running spec {spec.key} ({spec.scheme} on {spec.task}, seed {spec.seed}); "
+                             "the runs before it are stored")
+                raise
             done.append(spec.key)
             bar.update()
         bar.close()
@@ -242,7 +272,7 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
         jobs.put(None)
     procs = [ctx.Process(target=_worker, args=(jobs, results, store.profile, str(store.root), device, end),
                          daemon=True) for _ in range(n)]
-    deferred = []
+    deferred, ended_early, killed = [], False, set()
     for p in procs:
         p.start()
     try:
@@ -250,6 +280,7 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
             if end is not None and time.monotonic() >= end:
                 break
             if not any(p.is_alive() for p in procs) and results.empty():
+                ended_early = True
                 break
             try:
                 key, seconds, error = results.get(timeout=0.5 if end is None else max(0.05, min(0.5, end - time.monotonic())))
@@ -263,6 +294,7 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
     finally:
         for p in procs:
             if p.is_alive():
+                killed.add(p.pid)
                 p.kill()
             p.join()
         for q in (jobs, results):          # specs never taken must not hold this process open at exit
@@ -270,9 +302,14 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
             q.close()
         bar.close()
     # A run may have been stored in the instant before its worker was stopped, its message unread:
-    # the store, not the messages, says what finished.
+    # the store, not the messages, says what finished (a record it can read, not merely a file).
     finished = set(done) | set(failed)
-    done += [s.key for s in specs if s.key not in finished and store.path(s).exists()]
+    done += [s.key for s in specs if s.key not in finished and store.path(s).exists() and store.get(s) is not None]
     finished = set(done) | set(failed) | set(deferred)
-    return {"done": done, "failed": failed, "deferred": deferred,
-            "abandoned": [s.key for s in specs if s.key not in finished]}
+    left = [s.key for s in specs if s.key not in finished]
+    died = sorted({p.exitcode for p in procs if p.pid not in killed and p.exitcode != 0})
+    if left and died and ended_early:                     # not the deadline: every worker had stopped
+        failed.update({key: f"its worker process died (exit code {', '.join(map(str, died))}): out of memory, "
+                            "or a crash" for key in left})
+        left = []
+    return {"done": done, "failed": failed, "deferred": deferred, "abandoned": left}

@@ -2,9 +2,14 @@
 
 A spec names everything that decides a run's numbers: the recipe (what is trained and
 how it is scored), the scheme and model size, the task and its arguments, every
-training setting, the seed and the evaluation. Defaults are written into the spec when
-it is made, so a default that changes later changes the hash too: a stored record is
-reused only for exactly the settings it was made with.
+training setting, the seed and the evaluation. The defaults of the training settings, of
+`build_model` and of the task are written into the spec when it is made, so a change to
+one of them changes the hash too: a stored record is reused only for exactly the settings
+it was made with. The defaults of a scheme's own keywords (RoPE's `base`), of the task's
+`evaluate` and of a recipe's options are not: after changing one of those in the code, the
+records made under the old default keep their keys, and must be deleted to be made again.
+The hash reads the spec's JSON as written, so `lr=1` and `lr=1.0`, or a default left out
+and the same value written in, are two specs: plans write each setting one way.
 """
 from __future__ import annotations
 

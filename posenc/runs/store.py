@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import io
 import tempfile
 import warnings
 from pathlib import Path
@@ -36,15 +37,17 @@ def results_root() -> Path:
 def atomic_write(path: Path, data: bytes | str) -> Path:
     """Write `data` to `path` through a temporary file in the same folder and a rename.
 
-    A process killed between the two (SIGKILL, a GPU window's deadline) leaves its hidden temporary file
-    behind; the next write of the same path removes it (one writer per path: a run's record is written by
-    the one worker that runs it)."""
+    The temporary file is `.<name>.<pid>-<random>.tmp`. A process killed between the two (SIGKILL, a GPU
+    window's deadline) leaves it behind; a later write of the same path removes it once its writer's pid is
+    gone. One whose writer still runs stays: it may be writing now (two ranks, or two sessions, on one
+    store)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        if "." not in stale.name[len(path.name) + 2:-len(".tmp")]:     # mkstemp's part has no dot: this path's own
+        writer = stale.name[len(path.name) + 2:-len(".tmp")]            # "<pid>-<random>": no dot in it
+        if "." not in writer and not _running(writer.partition("-")[0]):
             stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
@@ -56,6 +59,27 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def _running(pid: str) -> bool:
+    """Whether the process `pid` (digits; anything else: not a writer's pid) runs on this machine."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                          # another user's process: it runs
+        return True
+    return True
+
+
+def atomic_torch_save(path: Path, obj) -> Path:
+    """`torch.save(obj)` written to `path` by `atomic_write`: a killed process leaves the old file or the new
+    one, and no fixed-name temporary file for two writers to share."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return atomic_write(path, buffer.getvalue())
 
 
 def inside(folder: Path, name: str) -> Path:
@@ -104,6 +128,8 @@ class Store:
     def __init__(self, profile: str, root: str | Path | None = None):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}")
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise TypeError(f"root must be a folder (str or path) or None; got {type(root).__name__}")
         if root is None:
             env = os.environ.get(CI_STORE_ENV)
             root = Path(env) if profile == "ci" and env else results_root()
@@ -121,6 +147,8 @@ class Store:
 
     def get(self, spec: RunSpec) -> Record | None:
         """The record of `spec`, or None when it is missing or unreadable (reported, then rerun)."""
+        if not isinstance(spec, RunSpec):
+            raise TypeError(f"spec must be a RunSpec; got {type(spec).__name__} (RunSpec.from_dict reads a dict)")
         path = self.path(spec)
         if not path.exists():
             return None
@@ -143,10 +171,7 @@ class Store:
         if spec.keep_weights:
             if state_dict is None:
                 raise ValueError(f"spec {spec.key} keeps weights but none were given")
-            tmp = self.weights_path(spec).with_suffix(".pt.part")
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(state_dict, tmp)
-            os.replace(tmp, self.weights_path(spec))
+            atomic_torch_save(self.weights_path(spec), state_dict)
         record = {**record, "key": spec.key, "spec": spec.to_dict(), "profile": self.profile}
         atomic_write(self.path(spec), json.dumps(record, indent=1, allow_nan=True) + "\n")
         return self.get(spec)

@@ -352,10 +352,8 @@ def save_checkpoint(path, step, history, model, opt, sched, scaler, cfg, window=
              "config": {f: getattr(cfg, f) for f in RESUME_FIELDS}, "model_class": _model_name(model),
              "rng": torch.get_rng_state(),
              "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    from .store import atomic_torch_save
+    atomic_torch_save(Path(path), state)
 
 
 def _model_name(model) -> str:
