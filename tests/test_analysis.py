@@ -37,6 +37,21 @@ def test_bootstrap_interval_brackets_the_mean_and_lies_within_the_data(values):
     assert bootstrap_ci(values) == (lo, hi)                     # deterministic
 
 
+def test_bootstrap_resamples_as_many_values_as_it_has():
+    """Ten 0/1 values, half of them 1: the mean of ten draws with replacement has a standard deviation of
+    sqrt(0.25 / 10) = 0.158, so the 95% percentile interval spans about 2 * 1.96 * 0.158 = 0.62 (a bootstrap
+    resampling five values per draw would give 0.88)."""
+    low, high = bootstrap_ci([0, 1] * 5, n_boot=4000)
+    assert 0.55 <= high - low <= 0.7, (low, high)
+
+
+def test_an_interval_that_reaches_the_null_of_a_one_sided_band_is_not_opposite_and_one_just_short_of_it_is():
+    """"Contradicted" needs the whole interval on the far side of no effect: touching it is not enough."""
+    up, down = Band(0.05, None, null=0.0), Band(None, 1.02, null=1.02)
+    assert not up.opposite(-0.1, 0.0) and up.opposite(-0.1, -1e-9)
+    assert not down.opposite(1.02, 1.5) and down.opposite(1.02 + 1e-9, 1.5)
+
+
 def test_bootstrap_interval_narrows_with_more_seeds():
     few, many = [0.0, 1.0, 0.5], [0.0, 1.0, 0.5] * 10
     assert bootstrap_ci(many)[1] - bootstrap_ci(many)[0] < bootstrap_ci(few)[1] - bootstrap_ci(few)[0]
@@ -374,6 +389,20 @@ def test_gate_means_average_the_visible_marked_and_unmarked_keys_one_by_one():
         gate_means(maps, marked.long())
     with pytest.raises(ValueError, match="gate_maps"):
         gate_means([maps[0][:, :, :4, :4]], marked)
+
+
+def test_head_kind_rules_at_their_boundaries():
+    """p(-1) must be twice p(+1) to call a head "previous token" (0.45 against 0.3 is not), and "local" counts
+    the mass at both ends of |o| <= window."""
+    from posenc.analysis import head_kind
+    assert head_kind([0.0, 0.05, 0.45, 0.2, 0.3, 0.0, 0.0]) == "local"            # p(-1) 0.45 < 2 * p(+1) 0.3
+    assert head_kind([0.0, 0.05, 0.45, 0.25, 0.22, 0.0, 0.03]) == "previous token"
+    assert head_kind([0.0, 0.0, 0.3, 0.5, 0.3, 0.0, 0.0][::-1]) == "local"
+    edge = [0.2, 0.3, 0.05, 0.0, 0.05, 0.0, 0.0, 0.0, 0.4]                          # m = 4, window 2
+    assert head_kind(edge) == "global"                                              # +-2 hold 0.1: 0.1 < 0.6
+    at_plus = [0.1, 0.0, 0.05, 0.0, 0.05, 0.0, 0.5, 0.0, 0.3]                      # offset +2 holds 0.5
+    at_minus = at_plus[::-1]
+    assert head_kind(at_plus) == head_kind(at_minus) == "local"                     # 0.6 within |o| <= 2
 
 
 def test_head_kinds_on_constructed_attention():

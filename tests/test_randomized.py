@@ -181,3 +181,17 @@ def test_the_sequence_recipe_sizes_the_table_and_scores_both_ways():
         sequence(tiny_spec().replace(options={"eval_positions": "random"}))     # no random_positions
     with pytest.raises(ValueError, match="eval_positions"):
         sequence(spec.replace(options={"eval_positions": "sometimes"}))
+
+
+def test_every_subset_of_positions_is_equally_likely():
+    """Ruoss et al. draw a uniform random subset: for n = 2 of M = 4 each of the six pairs comes about 1/6 of the
+    time (a draw that picked one position from each half of [0, M), sorted, distinct and well spread too, would
+    never give (0, 1) or (2, 3))."""
+    g = torch.Generator().manual_seed(0)
+    counts = {}
+    for _ in range(6000):
+        pair = tuple(random_positions(2, 4, g).tolist())
+        counts[pair] = counts.get(pair, 0) + 1
+    assert sorted(counts) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    assert all(abs(c / 6000 - 1 / 6) < 0.025 for c in counts.values()), counts
+

@@ -469,6 +469,25 @@ def test_xpos_refuses_a_span_its_scale_would_overflow_and_serves_one_just_inside
         check_xpos_span(0, 73500, 512.0)
 
 
+def test_at_the_float32_limit_the_span_check_passes_exactly_the_spans_whose_factors_are_finite():
+    """Positions 0..n-1 have centre c = n // 2, so their largest factor is (1/zeta_0)^(c / scale_base), computed in
+    float64 and cast as xpos_table does. The check must never pass a span whose factor is inf in float32, and for
+    an even n, where its bound (n - 1) // 2 + 1 is c itself, it must pass every span whose factor is finite (for
+    an odd n the bound is c + 1: it may refuse one span early). A bound one short let 72,522 through to inf."""
+    from posenc.schemes.xpos import check_xpos_span
+    zeta_0 = 0.4 / 1.4
+    for n in range(72480, 72560):
+        finite = bool(torch.isfinite((torch.tensor(1 / zeta_0, dtype=torch.float64) ** ((n // 2) / 512.0)).float()))
+        try:
+            check_xpos_span(0, n - 1, 512.0)
+            passes = True
+        except ValueError:
+            passes = False
+        assert not passes or finite, n
+        if n % 2 == 0:
+            assert passes == finite, n
+
+
 def test_a_context_reads_its_positions_once_however_many_checks_ask(monkeypatch):
     """xPos checks its span through ctx.minmax(), then RoPE's tables ask for the start and the largest. On a GPU
     each read of the tensor is a wait, so the context reads it once and answers every question from that."""
