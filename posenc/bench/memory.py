@@ -66,7 +66,8 @@ def _child(impl: str, n: int, heads: int, head_dim: int, k: int, device: str) ->
 
 def deberta_memory(lengths=(512, 1024, 2048), *, heads: int = 1, head_dim: int = 64, k: int = 256,
                    device: str = "cpu", max_gib: float = 4.0):
-    """Rows {N, one_NNd_GiB, naive_GiB, gather_GiB, naive/gather}; naive runs needing > max_gib are skipped (None)."""
+    """Rows {N, one_NNd_GiB, naive_GiB, gather_GiB, naive/gather, naive_s, gather_s} (peaks in GiB, one call's
+    seconds); naive runs needing > max_gib are skipped (None)."""
     from ..table import Table
     rows = Table()
     for n in lengths:
@@ -75,7 +76,8 @@ def deberta_memory(lengths=(512, 1024, 2048), *, heads: int = 1, head_dim: int =
         naive = None if nnd / GIB > max_gib else _child("naive", n, heads, head_dim, k, device)
         rows.append({"N": n, "one_NNd_GiB": nnd / GIB, "naive_GiB": naive and naive["peak_bytes"] / GIB,
                      "gather_GiB": gather["peak_bytes"] / GIB,
-                     "naive/gather": naive and naive["peak_bytes"] / max(gather["peak_bytes"], 1)})
+                     "naive/gather": naive and naive["peak_bytes"] / max(gather["peak_bytes"], 1),
+                     "naive_s": naive and naive["seconds"], "gather_s": gather["seconds"]})
     return rows
 
 
