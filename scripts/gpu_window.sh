@@ -126,9 +126,11 @@ else
     # While the runner runs, the runs it has finished are re-packed every minute into OUT/interim.tgz (a
     # rename: whole at any moment), so that a call killed at its time limit still brings them back.
     # (TERM ends the loop at once while it sleeps, and after the pack while it packs: never a pack left running.)
-    ( trap 'exit 0' TERM
-      while :; do sleep "${INTERIM_EVERY:-60}" & wait $!
-                  INTERIM=1 bash scripts/pack_new.sh "$BEFORE" "$OUT" >> "$OUT/runner.log" 2>&1; done ) &
+    # Its output goes to the log, never to the script's stdout: a sleep left holding that pipe would keep a
+    # caller reading it waiting for the sleep's end.
+    ( trap 'kill "$nap" 2> /dev/null; exit 0' TERM
+      while :; do sleep "${INTERIM_EVERY:-60}" & nap=$!; wait "$nap"
+                  INTERIM=1 bash scripts/pack_new.sh "$BEFORE" "$OUT"; done ) >> "$OUT/runner.log" 2>&1 < /dev/null &
     PACKER=$!
     # A hard stop past the deadline too: the runner stops itself there, but the archive must be made in time.
     timeout --kill-after=10 $(( DEADLINE + 45 )) python3 -m posenc.runs --profile full $SELECT \
