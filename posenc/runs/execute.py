@@ -230,8 +230,8 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
     estimate (`posenc.runs.costs`) ends after the deadline is deferred, not started (`deadline_order`,
     `starts`). Specs left unfinished by a worker that died before the deadline (killed for memory, a crash)
     are reported as failed, with its exit code. With `stack_seeds`, the seeds of one spec are one job,
-    trained as one stacked model where they can be (`execute_group`). Returns {"done", "failed", "abandoned", "deferred"} (the last two: keys
-    for the next call).
+    trained as one stacked model where they can be (`execute_group`). Returns {"done", "failed",
+    "abandoned", "deferred"} (the last two: keys for the next call).
     """
     specs = list(specs)
     if not isinstance(workers, int) or workers < 1:
