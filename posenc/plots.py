@@ -141,12 +141,15 @@ def legend_below(ax, *, fontsize: float = 8, ncol: int | None = None):
     """The axes' legend under its x label, in up to three columns and without a frame: a legend inside
     the axes ("best") can still cover the min-max bands and the far ends of the curves, which matplotlib
     does not count as data when it places one. It hangs a fixed distance in points below the axes (room for
-    the tick labels and the x label), whatever the axes' height."""
+    the tick labels and the x label), whatever the axes' height. Returns the legend (None when nothing
+    in the axes has a label)."""
     from matplotlib.transforms import offset_copy
     handles, labels = ax.get_legend_handles_labels()
+    if not handles:                      # nothing labelled: no legend (matplotlib would warn and draw an empty one)
+        return None
     if ncol is None:                     # as many columns as fit under the axes, at most 3
-        ncol = max([k for k in (1, 2, 3) if k <= max(1, len(labels))
-                    and _legend_width(ax, labels, k, fontsize) <= _axes_width(ax)])
+        ncol = max([k for k in (2, 3) if k <= len(labels)
+                    and _legend_width(ax, labels, k, fontsize) <= _axes_width(ax)], default=1)
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-(30 if ax.get_xlabel() else 16), units="points")
     return ax.legend(fontsize=fontsize, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                      bbox_transform=below, frameon=False)

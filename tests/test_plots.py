@@ -99,6 +99,10 @@ def test_legends_below_side_by_side_panels_take_only_the_columns_that_fit_under_
     assert all(box.width <= ax.get_window_extent().width for box, ax in zip(boxes, axes))  # or the layout shrinks ax
     assert not boxes[2].overlaps(boxes[3]) and not boxes[0].overlaps(boxes[1])
     assert [ax.get_legend()._ncols for ax in axes] == [3, 2, 1, 2]      # short labels fill three columns
+    _, (narrow, empty) = plots.panels(2, cols=2, width=3.0)
+    narrow.plot([0, 1], [0, 1], label="a label far wider than its panel could ever hold")
+    assert plots.legend_below(narrow)._ncols == 1                      # one column, even where none fits
+    assert plots.legend_below(empty) is None and empty.get_legend() is None   # nothing labelled: no legend
     plt.close("all")
 
 
