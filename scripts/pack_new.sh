@@ -28,7 +28,8 @@ SIZE=$(wc -c < "$ARCHIVE")
 if [ "${INTERIM:-0}" = 1 ]; then
     LIMIT=$(numfmt --from=iec "${PART:-16000k}" 2>/dev/null || echo 16384000)
     if [ "$SIZE" -le "$LIMIT" ]; then
-        cp "$ARCHIVE" "$OUT/.interim.tgz.tmp" && mv "$OUT/.interim.tgz.tmp" "$OUT/interim.tgz"
+        cp "$ARCHIVE" "$OUT/.interim.tgz.tmp" && chmod 644 "$OUT/.interim.tgz.tmp" \
+            && mv "$OUT/.interim.tgz.tmp" "$OUT/interim.tgz"          # mktemp's 600 would not read as others
         echo "interim: $RUNS runs so far ($SIZE bytes) in $OUT/interim.tgz"
     else
         echo "interim: $RUNS runs so far, $SIZE bytes: over one part, not kept (the final pack splits them)"
