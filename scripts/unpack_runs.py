@@ -27,7 +27,7 @@ NAME = re.compile(r"^[0-9a-f]{16}\.(json|pt)$")
 
 
 class _Joined:
-    """The parts as one read-only stream, in order."""
+    """The files as one read-only stream, in order, each closed once read."""
 
     def __init__(self, paths):
         self.files = [open(p, "rb") for p in paths]
@@ -59,9 +59,8 @@ def members(stream, label: str):
 
 
 def unpack(files_at: Path, store: Path) -> int:
-    parts = sorted(files_at.glob("store.tgz.*"), key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else -1)
-    parts = [p for p in parts if p.suffix[1:].isdigit()]
-    sources = ([("interim.tgz", open(files_at / "interim.tgz", "rb"))] if (files_at / "interim.tgz").exists() else [])
+    parts = sorted((p for p in files_at.glob("store.tgz.*") if p.suffix[1:].isdigit()), key=lambda p: int(p.suffix[1:]))
+    sources = [("interim.tgz", _Joined([files_at / "interim.tgz"]))] if (files_at / "interim.tgz").exists() else []
     if parts:
         sources.append((f"{len(parts)} part(s)", _Joined(parts)))
     if not sources:
