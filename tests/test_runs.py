@@ -403,12 +403,15 @@ def test_a_worker_reports_a_spec_it_cannot_rebuild_as_failed_by_key_and_goes_on(
     import queue
     from posenc.runs.execute import _worker
     jobs, done = queue.Queue(), queue.Queue()
-    jobs.put(([{"key": "not-rebuilt", "scheme": "nope", "task": "synthetic", "recipe": "registered-elsewhere"}], 0.0))
+    from posenc.runs.spec import key_of
+    foreign = {**tiny(seed=1, steps=3).to_dict(), "recipe": "registered-elsewhere"}   # as the parent wrote it
+    jobs.put(([foreign], 0.0))
     jobs.put(([tiny(seed=0, steps=3).to_dict()], 0.0))
     jobs.put(None)
     _worker(jobs, done, "ci", str(tmp_path), "cpu")
     (key, _, error), (ok, _, none) = done.get_nowait(), done.get_nowait()
-    assert key == "not-rebuilt" and "cannot rebuild this spec" in error and "importable module" in error
+    assert key == key_of(foreign) and "cannot rebuild this spec" in error and "importable module" in error
+    assert key_of(tiny(seed=0, steps=3).to_dict()) == tiny(seed=0, steps=3).key       # a key the parent knows
     assert ok == tiny(seed=0, steps=3).key and none is None
 
 

@@ -25,7 +25,7 @@ with warnings.catch_warnings():  # tqdm.auto warns when ipywidgets is absent, th
 
 from . import costs
 from .recipes import get_recipe
-from .spec import RunSpec
+from .spec import RunSpec, key_of
 from .store import Record, Store
 
 _VERSION: dict | None = None
@@ -197,7 +197,7 @@ def _worker(jobs, done, profile: str, root: str, device: str, end: float | None 
             specs, estimate = [RunSpec.from_dict(d) for d in item[0]], item[1]
         except Exception as err:  # noqa: BLE001 (reported to the parent, which names the spec)
             for d in item[0]:
-                done.put((d.get("key", "?"), None, f"the worker cannot rebuild this spec ({type(err).__name__}: "
+                done.put((key_of(d), None, f"the worker cannot rebuild this spec ({type(err).__name__}: "
                           f"{err}); a recipe must be registered in an importable module, not only in __main__"))
             continue
         if not starts(estimate, time.monotonic(), end, first):

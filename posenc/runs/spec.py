@@ -44,6 +44,13 @@ def _plain(value, where: str):
     raise TypeError(f"{where} must hold JSON data (numbers, strings, lists, dicts); got {type(value).__name__}")
 
 
+def key_of(data: dict) -> str:
+    """The key of a spec written as `RunSpec.to_dict()` gives it: sha256 of its canonical JSON, 16 hex digits.
+    A worker names a spec it cannot rebuild by it."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True, eq=False)
 class RunSpec:
     """One run: `recipe(spec)` trains and evaluates it; `key` is its content hash.
@@ -137,9 +144,8 @@ class RunSpec:
 
     @property
     def key(self) -> str:
-        """sha256 of the canonical JSON of the spec, 16 hex digits."""
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """sha256 of the canonical JSON of the spec, 16 hex digits (`key_of` its `to_dict()`)."""
+        return key_of(self.to_dict())
 
     def __eq__(self, other) -> bool:
         return isinstance(other, RunSpec) and self.key == other.key
