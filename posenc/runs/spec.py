@@ -7,7 +7,9 @@ training setting, the seed and the evaluation. The defaults of the training sett
 one of them changes the hash too: a stored record is reused only for exactly the settings
 it was made with. The defaults of a scheme's own keywords (RoPE's `base`), of the task's
 `evaluate` and of a recipe's options are not: after changing one of those in the code, the
-records made under the old default keep their keys, and must be deleted to be made again.
+records made under the old default keep their keys, and must be deleted to be made again
+(tests/test_unhashed_defaults.py fails on such a change to a scheme's or an `evaluate`'s
+default; tests/test_recipe_settings.py checks the recipes' settings).
 The hash reads the spec's JSON as written, so `lr=1` and `lr=1.0`, or a default left out
 and the same value written in, are two specs: plans write each setting one way.
 """
