@@ -141,33 +141,24 @@ def legend_below(ax, *, fontsize: float = 8, ncol: int | None = None):
     """The axes' legend under its x label, in up to three columns and without a frame: a legend inside
     the axes ("best") can still cover the min-max bands and the far ends of the curves, which matplotlib
     does not count as data when it places one. It hangs a fixed distance in points below the axes (room for
-    the tick labels and the x label), whatever the axes' height. Returns the legend (None when nothing
-    in the axes has a label)."""
+    the tick labels and the x label), whatever the axes' height. Without `ncol`, it takes the most columns
+    (3, 2, else 1) whose legend, as matplotlib lays it out, fits under the axes (`_axes_width`). Returns the
+    legend (None when nothing in the axes has a label)."""
     from matplotlib.transforms import offset_copy
-    handles, labels = ax.get_legend_handles_labels()
+    handles, _ = ax.get_legend_handles_labels()
     if not handles:                      # nothing labelled: no legend (matplotlib would warn and draw an empty one)
         return None
-    if ncol is None:                     # as many columns as fit under the axes, at most 3
-        ncol = max([k for k in (2, 3) if k <= len(labels)
-                    and _legend_width(ax, labels, k, fontsize) <= _axes_width(ax)], default=1)
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-(30 if ax.get_xlabel() else 16), units="points")
-    return ax.legend(fontsize=fontsize, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 0.0),
-                     bbox_transform=below, frameon=False)
-
-
-def _legend_width(ax, labels, ncol: int, fontsize: float) -> float:
-    """Inches a frameless legend of `labels` in `ncol` columns takes: matplotlib fills its columns in
-    order, the first len % ncol of them one entry longer, and pads each entry by the default handle
-    length (2 em) and handle pad (0.8 em), with 2 em between columns."""
-    from matplotlib.font_manager import FontProperties
-    renderer, font = ax.figure.canvas.get_renderer(), FontProperties(size=fontsize)
-    text = [renderer.get_text_width_height_descent(label, font, ismath=False)[0] / ax.figure.dpi for label in labels]
-    rows, longer = divmod(len(text), ncol)
-    sizes = [rows + 1] * longer + [rows] * (ncol - longer)
-    starts = [sum(sizes[:j]) for j in range(ncol)]
-    widths = [max(text[a:a + k]) for a, k in zip(starts, sizes) if k]
-    em = fontsize / 72
-    return sum(widths) + len(widths) * 2.8 * em + (len(widths) - 1) * 2.0 * em
+    place = lambda k: ax.legend(fontsize=fontsize, ncol=k, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                                bbox_transform=below, frameon=False)
+    if ncol is not None:
+        return place(ncol)
+    renderer = ax.figure.canvas.get_renderer()
+    for k in range(min(3, len(handles)), 1, -1):
+        legend = place(k)
+        if legend.get_window_extent(renderer).width / ax.figure.dpi <= _axes_width(ax):
+            return legend
+    return place(1)
 
 
 def _axes_width(ax) -> float:
