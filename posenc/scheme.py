@@ -38,6 +38,7 @@ Conventions, fixed for the whole package:
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 
@@ -284,3 +285,18 @@ def get_scheme(name: str) -> type[Scheme]:
     if not isinstance(name, str) or name not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; known schemes: {', '.join(sorted(SCHEMES))}")
     return SCHEMES[name]
+
+
+def scheme_parameters(name: str) -> set[str] | None:
+    """The keywords the scheme called `name` accepts: those of its `__init__` and of each parent's that
+    the child passes on through `**kwargs`. None when one of them takes `**kwargs` of its own (any name)."""
+    accepted: set[str] = set()
+    for cls in get_scheme(name).__mro__:
+        if "__init__" not in cls.__dict__ or cls in (nn.Module, object):
+            continue
+        params = inspect.signature(cls.__init__).parameters.values()
+        accepted |= {p.name for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD
+                     and p.kind is not p.VAR_POSITIONAL}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return accepted
+    return None

@@ -359,7 +359,7 @@ def test_a_record_names_the_thread_count_it_was_trained_with(tmp_path):
     torch.set_num_threads(2)
     try:
         record = execute(spec(0), Store("ci", tmp_path), "cpu")
-        assert "1 torch threads" in record["machine"] and torch.get_num_threads() == 2
+        assert "1 torch thread;" in record["machine"] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
 

@@ -68,5 +68,7 @@ def machine(device: str | torch.device = "cpu") -> str:
     if device.type == "cuda":
         where = torch.cuda.get_device_name(device)
     else:
-        where = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+        threads = torch.get_num_threads()
+        where = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                 f"{threads} torch thread{'' if threads == 1 else 's'}")
     return f"{device.type}: {where}; torch {torch.__version__}, Python {platform.python_version()}"

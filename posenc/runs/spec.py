@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field, fields
 
 from ..model import build_model
-from ..scheme import SCHEMES
+from ..scheme import SCHEMES, scheme_parameters
 from ..tasks import task_defaults, task_parameters
 from .train import TrainConfig
 
@@ -33,6 +33,21 @@ OPTIONAL_TRAIN_FIELDS = ("random_positions",)
 #: build_model keywords with a default that a spec fills in (max_len follows the evaluation lengths).
 MODEL_DEFAULTS = {name: p.default for name, p in inspect.signature(build_model).parameters.items()
                   if p.kind is p.KEYWORD_ONLY and p.default is not p.empty and name != "max_len"}
+#: build_model's own keywords (a sequence spec's model may also give its scheme's).
+MODEL_KEYWORDS = frozenset(name for name, p in inspect.signature(build_model).parameters.items()
+                           if p.kind is p.KEYWORD_ONLY)
+
+
+def check_model_keys(scheme: str, model: dict) -> None:
+    """A ValueError naming the keys of a sequence spec's `model` that neither `build_model` nor the scheme
+    accepts: without it, a typo (`n_head=8`) passes the plan and fails only when its run starts."""
+    accepted = scheme_parameters(scheme)
+    if accepted is None:
+        return
+    unknown = sorted(set(model) - MODEL_KEYWORDS - accepted)
+    if unknown:
+        raise ValueError(f"model has unknown settings {unknown} for scheme {scheme!r}; allowed: "
+                         f"{', '.join(sorted(MODEL_KEYWORDS | accepted))}")
 
 
 def _plain(value, where: str):
@@ -60,7 +75,8 @@ class RunSpec:
     Args:
         scheme: a name in `posenc.SCHEMES` (or the recipe's own model family, e.g. "cnn").
         task: a name in `posenc.tasks.BUILDERS`; task_kwargs: its arguments.
-        model: keyword arguments of the model builder (`causal` among them for sequence models).
+        model: keyword arguments of the model builder (`causal` among them for sequence models; a
+            "sequence" spec's keys must be `build_model`'s or its scheme's, `check_model_keys`).
         train: TrainConfig settings (every field of `TRAIN_FIELDS`; missing ones take the defaults),
             and those of `OPTIONAL_TRAIN_FIELDS` (e.g. random_positions), kept only when not None.
         seed: model initialisation and data order.
@@ -120,6 +136,7 @@ class RunSpec:
         if self.recipe == "sequence":
             if "causal" not in model:
                 raise ValueError("model must say causal=True or False")
+            check_model_keys(self.scheme, model)
             model = {**MODEL_DEFAULTS, **model}
         object.__setattr__(self, "task_kwargs", {**task_defaults(self.task), **self.task_kwargs})
         object.__setattr__(self, "train", train)
