@@ -1166,3 +1166,17 @@ def test_the_spacing_probe_reads_each_case_at_its_length_and_range():
     for k, (a, b) in enumerate(biases.SPACING_PROBE):
         for n, p in seen[k * per_case:(k + 1) * per_case]:
             assert n == a * L + 1 and (p.diff() > 0).all() and p.min() >= 0 and p.max() < b * M   # [BOS] x_1..x_n
+
+
+def test_a_spec_takes_every_keyword_its_scheme_takes_and_no_other():
+    """`check_model_keys` reads the scheme's constructors: xPos passes RoPE's keywords on (`**rope_options`),
+    the table schemes pass theirs to `Scheme`; a name no constructor takes is refused when the spec is made."""
+    from posenc.scheme import SCHEMES, scheme_parameters
+    assert {"base", "scaling", "scale_base"} <= scheme_parameters("xpos")
+    assert "scale_base" not in scheme_parameters("rope") and "overflow" in scheme_parameters("multiplicative")
+    for name in SCHEMES:
+        own = sorted(scheme_parameters(name) - {"d_model", "n_heads", "n_layers", "max_len", "causal"})
+        for key in own:                  # accepted by the spec (its value is checked when the model is built)
+            RunSpec(scheme=name, task="synthetic", model={"causal": True, key: None})
+        with pytest.raises(ValueError, match=rf"unknown settings \['no_such_keyword'\] for scheme '{name}'"):
+            RunSpec(scheme=name, task="synthetic", model={"causal": True, "no_such_keyword": 1})
