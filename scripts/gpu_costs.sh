@@ -23,7 +23,7 @@ OUT=${OUT:-/tmp/posenc-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 LIMIT=${LIMIT:-420}
-SECTIONS=${SECTIONS-schemes xt gpu}               # quickest first, each saved when done; SECTIONS= : the graph probe alone
+SECTIONS=${SECTIONS-schemes press xt gpu}             # quickest first, each saved when done; SECTIONS= : the graph probe alone
 if [ -z "$SECTIONS" ]; then GRAPHS=$LIMIT          # the last 180 s go to the CUDA-graph probe, when there are 330
 elif [ "$LIMIT" -ge 330 ]; then GRAPHS=180; else GRAPHS=0; fi
 # The stored table is the starting point: the bench keeps what this call does not make again (same machine line).

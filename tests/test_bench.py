@@ -51,6 +51,37 @@ def test_scheme_costs_rows_are_relative_to_nope():
     assert "cpu" in machine("cpu") and torch.__version__ in machine("cpu")
 
 
+def test_every_rounds_time_is_kept_and_ratios_pair_by_round():
+    """The best round gives `train_ms`; every round is kept in timing order, and `round_ratios` divides the two
+    schemes' times round by round (the replicates of chapter 15's speed claims), never mixing rounds."""
+    from posenc.bench.schemes import round_ratios
+    rows = scheme_costs(["alibi"], seq_len=16, batch_size=2, d_model=16, n_layers=1, rounds=3)
+    for r in rows:
+        assert len(r["train_rounds_ms"]) == 3 and r["train_ms"] == min(r["train_rounds_ms"])
+    fake = [{"scheme": "a", "train_rounds_ms": [2.0, 9.0, 4.0]}, {"scheme": "b", "train_rounds_ms": [1.0, 3.0, 4.0]}]
+    assert round_ratios(fake, "a", "b") == {0: 2.0, 1: 3.0, 2: 1.0}
+    with pytest.raises(ValueError, match="no row for scheme 'c'"):
+        round_ratios(fake, "c", "b")
+    with pytest.raises(ValueError, match="keeps no per-round times"):
+        round_ratios([{"scheme": "a", "train_ms": 1.0}, fake[1]], "a", "b")
+    with pytest.raises(ValueError, match="not one interleaved run"):
+        round_ratios([fake[0], {"scheme": "b", "train_rounds_ms": [1.0]}], "a", "b")
+
+
+def test_the_press_section_times_table_1s_schemes_over_enough_rounds(monkeypatch, capsys):
+    """`--only press` times Press et al.'s four schemes (with NoPE and its controls) over at least PRESS_ROUNDS
+    rounds whatever --rounds says, and prints no list column."""
+    import posenc.bench.__main__ as bench
+    seen = {}
+    def fake(schemes, **kw):
+        seen.update(schemes=schemes, rounds=kw["rounds"])
+        return scheme_costs(["alibi"], seq_len=8, batch_size=2, d_model=16, n_layers=1, rounds=2)
+    monkeypatch.setattr(bench, "scheme_costs", fake)
+    out = bench.run_sections(["press"], "cpu", 16, 3, "wall")
+    assert seen == {"schemes": bench.PRESS_SCHEMES, "rounds": bench.PRESS_ROUNDS} and "15 rounds" in out["press"]["title"]
+    assert "train_rounds_ms" in out["press"]["rows"][0] and "train_rounds_ms" not in capsys.readouterr().out
+
+
 def test_rope_benchmark_compares_like_with_like():
     """Each of our layouts returns exactly what the reference it is timed against returns."""
     from posenc.bench.kernels import ROPE_REFERENCE, rope_candidates

@@ -196,6 +196,8 @@ def test_every_committed_verdict_follows_from_its_stored_interval_band_and_null(
     from posenc.runs.profiles import rejudge
     rows = posenc.load_claims(profile)
     assert rows, f"no committed {profile} claims"
+    unbanded = [(r["chapter"], r["claim"]) for r in rows if "band" not in r]
+    assert not unbanded, f"claims judged without the one rule's band and interval (record_claim): {unbanded}"
     banded = [r for r in rows if "band" in r]
     unjudgeable = [(r["chapter"], r["claim"]) for r in banded if "null" not in r]
     assert not unjudgeable, f"claims with a band but no null (rerun their chapter): {unjudgeable}"

@@ -171,6 +171,14 @@ def test_record_claim_applies_the_one_rule_and_stores_the_evidence(tmp_path):
     assert rows["in band"]["seeds"] == 3 and rows["in band"]["interval"][0] >= 0.10
     assert rows["in band"]["measured"].startswith("gain: +0.110 [")
     assert rows["other side"]["verdict"] == "contradicted"
+    assert "unit" not in rows["in band"]                      # seeds: the records written before `unit` existed
+    timed = posenc.record_claim("99_test", "ci", "timed", [1.6, 1.7, 1.65, 1.62], Band(1.5, None, null=1.0),
+                                effect="step ratio", unit="interleaved rounds", results_dir=tmp_path)
+    assert timed["verdict"] == "reproduced" and "over 4 interleaved rounds;" in timed["measured"]
+    stored = {r["claim"]: r for r in posenc.load_claims("ci", results_dir=tmp_path)}["timed"]
+    assert stored["unit"] == "interleaved rounds" and stored["seeds"] == 4
+    with pytest.raises(ValueError, match="unit must be"):
+        posenc.record_claim("99_test", "ci", "x", [1.0] * 3, band, effect="e", unit="", results_dir=tmp_path)
 
 
 def test_a_recorded_claim_can_be_judged_again_from_its_file_alone(tmp_path):

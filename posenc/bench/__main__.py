@@ -5,7 +5,8 @@
     python -m posenc.bench --save results/bench/cpu.json  # what the comparison chapter shows
 
 Sections: schemes (every registered scheme / NoPE: train step, eval tokens/s,
-activation memory), xt (our model / x-transformers' at the same sizes and scheme),
+activation memory), press (sinusoidal, rotary, T5 and ALiBi again, every round's time kept:
+chapter 15's training-speed claims, judged per round), xt (our model / x-transformers' at the same sizes and scheme),
 rope (apply_rope forward+backward / references and a memory-bound floor), bias (T5 and
 ALiBi bias construction / references), memory (DeBERTa gather vs naive peak, Shaw
 gather vs naive saved activations), gpu (the CUDA cost table, `posenc.bench.gpu`; CUDA
@@ -31,6 +32,7 @@ from .costs import shaw_memory_table
 from .graphs import graph_probe
 from .gpu import bias_backend_costs, gpu_scheme_costs, rope_llama_times
 from ..runs.train import pick_device
+from ..table import Table
 from .kernels import bias_times, rope_times
 from .memory import deberta_memory
 from .schemes import scheme_costs, xtransformers_costs
@@ -38,7 +40,10 @@ from .stacking import stacking_costs
 from .workers import worker_scaling
 from .timing import machine, steady_heap
 
-SECTIONS = ("schemes", "xt", "rope", "bias", "memory", "gpu", "stacking", "workers", "graphs")
+SECTIONS = ("schemes", "press", "xt", "rope", "bias", "memory", "gpu", "stacking", "workers", "graphs")
+#: Press et al.'s Table 1 schemes, timed again for chapter 15's speed claims over this many rounds at least:
+#: each round's ratio is one replicate of the claim's effect (`posenc.bench.schemes.round_ratios`).
+PRESS_SCHEMES, PRESS_ROUNDS = ("sinusoidal", "rope", "t5", "alibi"), 15
 #: What runs without --only: every section but the GPU window's probes (minutes of spawned processes).
 DEFAULT = tuple(s for s in SECTIONS if s not in ("workers", "graphs"))
 
@@ -54,6 +59,9 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
     jobs = {
         "schemes": (f"cost per scheme / NoPE (d=128, 2 layers, 4 heads, batch 16, seq {seq_len}, {how})",
                     lambda: scheme_costs(**sizes)),
+        "press": (f"Press et al.'s Table 1 schemes, training step per interleaved round (d=128, 2 layers, 4 heads, "
+                  f"batch 16, seq {seq_len}, {max(rounds, PRESS_ROUNDS)} rounds, {clock} time)",
+                  lambda: scheme_costs(PRESS_SCHEMES, **{**sizes, "rounds": max(rounds, PRESS_ROUNDS)})),
         "xt": (f"our step time / x-transformers' (same sizes and scheme, {how})",
                lambda: xtransformers_costs(**sizes)),
         "rope": ("apply_rope forward+backward, q and k [8, 8, 512, 64] float32, one thread, best of 30 (CPU time)",
@@ -96,6 +104,11 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
     return out
 
 
+def _printable(table: Table) -> Table:
+    """`table` without its list columns (every round's time): they are stored, not printed."""
+    return Table({k: v for k, v in r.items() if not isinstance(v, list)} for r in table)
+
+
 def run_section(name: str, title: str, result, out: dict, done=None) -> None:
     """Put section `name`'s `result` into `out` and pass `out` to `done`: a Table, a dict of Tables, or a dict
     of callables making them, each made, kept and passed to `done` in turn (a window cut short keeps those)."""
@@ -109,7 +122,7 @@ def run_section(name: str, title: str, result, out: dict, done=None) -> None:
                 done(out)
         return
     for sub, table in (result.items() if isinstance(result, dict) else [(None, result)]):
-        print(f"-- {sub}" if sub else "", table.round(3), sep="\n" if sub else "", flush=True)
+        print(f"-- {sub}" if sub else "", _printable(table).round(3), sep="\n" if sub else "", flush=True)
     out[name] = {"title": title, "rows": {k: list(v) for k, v in result.items()} if isinstance(result, dict)
                  else list(result)}
     if done is not None:

@@ -105,37 +105,42 @@ def _read_claims(path: Path) -> dict:
     return claims
 
 
-def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}") -> dict:
+def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}", unit: str = "seeds") -> dict:
     """design.md's rule on a claim's per-seed effect: `analysis.verdict`'s dict (verdict, mean, interval, band,
     seeds) plus "measured", the effect's name with its mean, interval, seeds and band written out.
 
     values: the effect per seed (a dict {seed: effect} or a list), signed so that the paper's direction is
     the band's side of no effect; band: the `posenc.analysis.Band` named before the runs were read.
+    unit: what the replicates are, as "measured" names them: "seeds" (trained models), or for a claim about
+    speed "interleaved rounds" (one timing of both arms per round, `posenc.bench.schemes.round_ratios`).
     """
+    if not isinstance(unit, str) or not unit:
+        raise ValueError(f"unit must be a non-empty str naming the replicates; got {unit!r}")
     from ..analysis import verdict, written
     out = verdict(list(values.values()) if isinstance(values, dict) else list(values), band)
     if out["seeds"] == 0:                       # no seed met what the claim presupposes: nothing measured
-        out["measured"] = f"{effect}: no seed to measure; band {out['band']}"
+        out["measured"] = (f"{effect}: no seed to measure; band {out['band']}" if unit == "seeds"
+                           else f"{effect}: no {unit} to measure; band {out['band']}")
         return out
     lo, hi = out["interval"]
     out["measured"] = (f"{effect}: {written(out['mean'], fmt)} [{written(lo, fmt)}, {written(hi, fmt)}] over "
-                       f"{out['seeds']} seeds; band {out['band']}")
+                       f"{out['seeds']} {unit}; band {out['band']}")
     return out
 
 
 def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect: str, fmt: str = "{:+.3f}",
-                 why: str = "", results_dir: str | Path | None = None) -> dict:
+                 why: str = "", unit: str = "seeds", results_dir: str | Path | None = None) -> dict:
     """Judge `claim` by the book's one rule (`claim_verdict`) and record it (design.md, "Claims").
 
     The stored record carries the profile, the seeds, the mean effect, its 95% bootstrap interval and the
     band, written out ("band") and as numbers (low and high, None where open, and null, the value of no
     effect), so that its verdict can be judged again from the file alone (`rejudge`). Returns
-    `claim_verdict`'s dict.
+    `claim_verdict`'s dict. With replicates other than seeds (`unit`), "seeds" counts them and "unit" names them.
     """
-    out = claim_verdict(values, band, effect=effect, fmt=fmt)
+    out = claim_verdict(values, band, effect=effect, fmt=fmt, unit=unit)
     save_claim(chapter, profile, claim, out["measured"], out["verdict"], why, results_dir,
                band=out["band"], low=band.low, high=band.high, null=band.null, mean=out["mean"],
-               interval=out["interval"], seeds=out["seeds"])
+               interval=out["interval"], seeds=out["seeds"], **({} if unit == "seeds" else {"unit": unit}))
     return out
 
 
