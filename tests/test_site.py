@@ -374,3 +374,16 @@ def test_page_renders_for_a_reader(browser, site, page, width):
     if failures:
         pytest.fail(f"{page}.html at {width} width ({viewport['width']}x{viewport['height']}):\n  - "
                     + "\n  - ".join(failures), pytrace=False)
+
+
+def test_figures_and_equations_are_numbered_per_chapter(site):
+    """book/_ext/chapter_numbers.py: chapter 13 opened on "Fig. 43" when Sphinx counted across the book. Every
+    chapter's captions and equation numbers start at <chapter>.1, and a reference to a figure reads its number."""
+    for page, chapter in (("13_vit", "13"), ("00_attention_without_position", "0"), ("11_rope", "11")):
+        html = (site / "notebooks" / f"{page}.html").read_text()
+        captions = re.findall(r'class="caption-number">Fig\. ([0-9a-z.]+) ', html)
+        assert captions and captions[0] == f"{chapter}.1", (page, captions[:3])
+        assert all(c.startswith(f"{chapter}.") for c in captions), (page, captions)
+    rope = (site / "notebooks" / "11_rope.html").read_text()
+    assert re.findall(r'class="eqno">\(([0-9a-z.]+)\)', rope)[:2] == ["11.1", "11.2"]
+    assert re.search(r'<span class="std std-numref">Fig\. 15\.\d+</span>', (site / "notebooks" / "15_comparison.html").read_text())

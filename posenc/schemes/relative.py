@@ -132,14 +132,14 @@ class Shaw(Scheme):
         if self.table_k is None:
             return None
         scores = q @ self.table_k[layer].to(q.dtype).T                             # (B, H, Q, 2k+1): q_i . w^K_r
-        return gather_relative(scores, ctx.tables["shaw_ids"]) * self.logit_scale()  # (B, H, Q, K) eq. (5)
+        return gather_relative(scores, ctx.tables["shaw_ids"]) * self.logit_scale()  # (B, H, Q, K) paper eq. (5)
 
     def extra_values(self, probs, ctx, layer):
         if self.table_v is None:
             return None
         n = 2 * self.max_distance + 1
         weight = spread_relative(probs, ctx.tables["shaw_ids"], n)                # (B, H, Q, 2k+1)
-        return weight @ self.table_v[layer].to(probs.dtype)                       # (B, H, Q, Dh) eq. (3)
+        return weight @ self.table_v[layer].to(probs.dtype)                       # (B, H, Q, Dh) paper eq. (3)
 
 
 # -- Transformer-XL ---------------------------------------------------------------------
