@@ -16,6 +16,14 @@ def test_interleaved_times_calls_in_turns_and_drops_warmup():
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
 
 
+def test_rotated_rounds_start_with_each_function_in_turn_and_keep_round_order():
+    calls = []
+    fns = {n: (lambda n=n: calls.append(n)) for n in "abc"}
+    times = interleaved_times(fns, rounds=4, warmup=1, rotate=True)
+    assert "".join(calls) == "abc" + "bca" + "cab" + "abc" + "bca"       # the warm-up round is round 0
+    assert all(len(t) == 4 for t in times.values())
+
+
 @pytest.mark.parametrize("kw, match", [({"clock": "gpu"}, "clock must be"), ({"rounds": 0}, "rounds must be")])
 def test_interleaved_times_rejects_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -74,11 +82,13 @@ def test_the_press_section_times_table_1s_schemes_over_enough_rounds(monkeypatch
     import posenc.bench.__main__ as bench
     seen = {}
     def fake(schemes, **kw):
-        seen.update(schemes=schemes, rounds=kw["rounds"])
+        seen.update(schemes=schemes, rounds=kw["rounds"], rotate=kw["rotate"])
         return scheme_costs(["alibi"], seq_len=8, batch_size=2, d_model=16, n_layers=1, rounds=2)
     monkeypatch.setattr(bench, "scheme_costs", fake)
     out = bench.run_sections(["press"], "cpu", 16, 3, "wall")
-    assert seen == {"schemes": bench.PRESS_SCHEMES, "rounds": bench.PRESS_ROUNDS} and "15 rounds" in out["press"]["title"]
+    assert seen == {"schemes": bench.PRESS_SCHEMES, "rounds": bench.PRESS_ROUNDS, "rotate": True}
+    assert f"{bench.PRESS_ROUNDS} rounds" in out["press"]["title"]
+    assert bench.PRESS_ROUNDS % (len(bench.PRESS_SCHEMES) + 3) == 0     # every model first equally often
     assert "train_rounds_ms" in out["press"]["rows"][0] and "train_rounds_ms" not in capsys.readouterr().out
 
 

@@ -1180,3 +1180,23 @@ def test_a_spec_takes_every_keyword_its_scheme_takes_and_no_other():
             RunSpec(scheme=name, task="synthetic", model={"causal": True, key: None})
         with pytest.raises(ValueError, match=rf"unknown settings \['no_such_keyword'\] for scheme '{name}'"):
             RunSpec(scheme=name, task="synthetic", model={"causal": True, "no_such_keyword": 1})
+    with pytest.raises(ValueError, match=r"unknown settings \['n_head'\] for scheme 'rope'"):   # every recipe that
+        RunSpec(scheme="rope", task="corpus", model={"causal": True, "n_head": 8}, recipe="rope_extension")  # builds
+
+
+def test_scheme_parameters_agree_with_what_each_scheme_can_be_built_with():
+    """Independently of `scheme_parameters`' own walk: each scheme is built with every keyword it lists, at the
+    keyword's default (no TypeError), and refuses one it does not list (a TypeError from the constructors)."""
+    import inspect
+    from posenc.scheme import SCHEMES, scheme_parameters
+    base = dict(d_model=16, n_heads=2, n_layers=2, max_len=8, causal=True)
+    for name, cls in SCHEMES.items():
+        defaults = {}
+        for k in cls.__mro__:
+            for p in (inspect.signature(k.__init__).parameters.values() if "__init__" in k.__dict__ else ()):
+                if p.default is not p.empty:
+                    defaults.setdefault(p.name, p.default)
+        for key in sorted(scheme_parameters(name) - set(base)):
+            cls(**base, **{key: defaults[key]})
+        with pytest.raises(TypeError):
+            cls(**base, no_such_keyword=1)

@@ -43,7 +43,7 @@ from .timing import machine, steady_heap
 SECTIONS = ("schemes", "press", "xt", "rope", "bias", "memory", "gpu", "stacking", "workers", "graphs")
 #: Press et al.'s Table 1 schemes, timed again for chapter 15's speed claims over this many rounds at least:
 #: each round's ratio is one replicate of the claim's effect (`posenc.bench.schemes.round_ratios`).
-PRESS_SCHEMES, PRESS_ROUNDS = ("sinusoidal", "rope", "t5", "alibi"), 15
+PRESS_SCHEMES, PRESS_ROUNDS = ("sinusoidal", "rope", "t5", "alibi"), 42
 #: What runs without --only: every section but the GPU window's probes (minutes of spawned processes).
 DEFAULT = tuple(s for s in SECTIONS if s not in ("workers", "graphs"))
 
@@ -60,8 +60,9 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
         "schemes": (f"cost per scheme / NoPE (d=128, 2 layers, 4 heads, batch 16, seq {seq_len}, {how})",
                     lambda: scheme_costs(**sizes)),
         "press": (f"Press et al.'s Table 1 schemes, training step per interleaved round (d=128, 2 layers, 4 heads, "
-                  f"batch 16, seq {seq_len}, {max(rounds, PRESS_ROUNDS)} rounds, {clock} time)",
-                  lambda: scheme_costs(PRESS_SCHEMES, **{**sizes, "rounds": max(rounds, PRESS_ROUNDS)})),
+                  f"batch 16, seq {seq_len}, {max(rounds, PRESS_ROUNDS)} rounds, each started by the next model, "
+                  f"{clock} time)",
+                  lambda: scheme_costs(PRESS_SCHEMES, **{**sizes, "rounds": max(rounds, PRESS_ROUNDS), "rotate": True})),
         "xt": (f"our step time / x-transformers' (same sizes and scheme, {how})",
                lambda: xtransformers_costs(**sizes)),
         "rope": ("apply_rope forward+backward, q and k [8, 8, 512, 64] float32, one thread, best of 30 (CPU time)",

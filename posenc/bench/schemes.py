@@ -71,11 +71,12 @@ def _eval_forward(model, x):
 
 
 def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batch_size: int = 16, d_model: int = 128,
-                 n_heads: int = 4, n_layers: int = 2, rounds: int = 5, device: str = "cpu", clock: str = "wall") -> Table:
+                 n_heads: int = 4, n_layers: int = 2, rounds: int = 5, device: str = "cpu", clock: str = "wall",
+                 rotate: bool = False) -> Table:
     """One row per scheme (NoPE first, then its control and NoPE unfused): kind, params, train ms (the best round)
     and / NoPE, the train ms of every round in timing order (`train_rounds_ms`: round i of two rows was timed
-    in the same turn, so their ratio per round pairs, `round_ratios`), eval tok/s and / NoPE, activation MiB
-    and / NoPE."""
+    in the same turn, so their ratio per round pairs, `round_ratios`; `rotate` varies who goes first,
+    `interleaved_times`), eval tok/s and / NoPE, activation MiB and / NoPE."""
     schemes = ["nope", CONTROL, UNFUSED] + [s for s in (schemes or sorted(SCHEMES)) if s != "nope"]
     x, y = _batch(vocab_size, batch_size, seq_len, device)
     models = {}
@@ -86,7 +87,7 @@ def scheme_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 256, batc
         if name == UNFUSED:                 # the model's explicit path (the one for schemes that add to the values)
             models[name].scheme.uses_extra_values = True
     train = interleaved_times({n: train_steps(m.train(), x, y) for n, m in models.items()}, rounds=rounds, device=device,
-                              clock=clock)
+                              clock=clock, rotate=rotate)
     evals = interleaved_times({n: _eval_forward(m, x) for n, m in models.items()}, rounds=rounds, device=device,
                               clock=clock)
     rows = Table()

@@ -13,11 +13,15 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def interleaved_times(fns: dict[str, Callable[[], object]], *, rounds: int = 5, warmup: int = 1,
-                      clock: str = "wall", device: str | torch.device = "cpu") -> dict[str, list[float]]:
+                      clock: str = "wall", device: str | torch.device = "cpu",
+                      rotate: bool = False) -> dict[str, list[float]]:
     """Seconds of each call `fns[name]()`, called in turns: `warmup` untimed rounds, then `rounds`.
 
     clock: "wall" (perf_counter) or "cpu" (this process's CPU time, steadier on a shared
     machine when torch runs one thread). On CUDA the device is synchronised around calls.
+    rotate: start round r at the (r mod len(fns))-th function, so that each is timed in every place of the
+    turn equally often (over a multiple of len(fns) rounds) and a drift within a turn, e.g. the
+    machine warming as it runs, does not always land on the last ones. The lists stay in round order.
     """
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {tuple(CLOCKS)}; got {clock!r}")
@@ -25,8 +29,11 @@ def interleaved_times(fns: dict[str, Callable[[], object]], *, rounds: int = 5, 
         raise ValueError(f"rounds must be a positive int; got {rounds!r}")
     tick, cuda = CLOCKS[clock], torch.device(device).type == "cuda"
     times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
     for r in range(warmup + rounds):
-        for name, fn in fns.items():
+        shift = r % len(names) if rotate and names else 0
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
             if cuda:
                 torch.cuda.synchronize()
             t0 = tick()

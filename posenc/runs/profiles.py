@@ -69,9 +69,11 @@ def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: boo
     """Record one paper claim tested by a chapter in `results/<profile>/claims/<chapter>.json`.
 
     measured: what the run found, formatted from its numbers; holds: a verdict of the one rule
-    ("reproduced", "contradicted", "not resolved"; `record_claim` gives it), or for older
-    chapters True (reproduced), False (not reproduced) or None (not resolved). `evidence` (band, interval, seeds, ...)
-    is stored with it, and so is the profile. One file per chapter; the comparison chapter reads them all.
+    ("reproduced", "contradicted", "not resolved"), or True (reproduced), False (not reproduced) or None
+    (not resolved) for a verdict made some other way. `evidence` (band, interval, seeds, ...) is stored with
+    it, and so is the profile. One file per chapter; the comparison chapter reads them all. The book records
+    every claim through `record_claim`, which judges it by the rule and stores the evidence that `rejudge`
+    reads; tests/test_records.py refuses a committed claim without it.
     """
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES} (resolve 'auto' first); got {profile!r}")

@@ -16,6 +16,9 @@ from .evaluate import run
 from .train import TrainConfig
 
 RECIPES: dict[str, Callable] = {}
+#: Recipes that pass a spec's whole `model` (but `causal`) to `posenc.build_model`: their specs' model keys are
+#: checked against its keywords and the scheme's when the spec is made (`posenc.runs.spec.check_model_keys`).
+BUILDS_MODEL = frozenset({"sequence", "pretrain", "learned_extension", "xl_memory", "rope_extension", "rope_scalings"})
 
 
 def recipe(name: str):

@@ -39,7 +39,7 @@ MODEL_KEYWORDS = frozenset(name for name, p in inspect.signature(build_model).pa
 
 
 def check_model_keys(scheme: str, model: dict) -> None:
-    """A ValueError naming the keys of a sequence spec's `model` that neither `build_model` nor the scheme
+    """A ValueError naming the keys of a spec's `model` that neither `build_model` nor the scheme
     accepts: without it, a typo (`n_head=8`) passes the plan and fails only when its run starts."""
     accepted = scheme_parameters(scheme)
     if accepted is None:
@@ -76,7 +76,8 @@ class RunSpec:
         scheme: a name in `posenc.SCHEMES` (or the recipe's own model family, e.g. "cnn").
         task: a name in `posenc.tasks.BUILDERS`; task_kwargs: its arguments.
         model: keyword arguments of the model builder (`causal` among them for sequence models; a
-            "sequence" spec's keys must be `build_model`'s or its scheme's, `check_model_keys`).
+            spec of a recipe in `BUILDS_MODEL` may give only `build_model`'s keywords and its scheme's,
+            `check_model_keys`).
         train: TrainConfig settings (every field of `TRAIN_FIELDS`; missing ones take the defaults),
             and those of `OPTIONAL_TRAIN_FIELDS` (e.g. random_positions), kept only when not None.
         seed: model initialisation and data order.
@@ -136,8 +137,10 @@ class RunSpec:
         if self.recipe == "sequence":
             if "causal" not in model:
                 raise ValueError("model must say causal=True or False")
-            check_model_keys(self.scheme, model)
             model = {**MODEL_DEFAULTS, **model}
+        from .recipes import BUILDS_MODEL
+        if self.recipe in BUILDS_MODEL and self.scheme in SCHEMES:
+            check_model_keys(self.scheme, model)
         object.__setattr__(self, "task_kwargs", {**task_defaults(self.task), **self.task_kwargs})
         object.__setattr__(self, "train", train)
         object.__setattr__(self, "lengths", lengths)
