@@ -89,6 +89,7 @@ def test_the_press_section_times_table_1s_schemes_over_enough_rounds(monkeypatch
     assert seen == {"schemes": bench.PRESS_SCHEMES, "rounds": bench.PRESS_ROUNDS, "rotate": True}
     assert f"{bench.PRESS_ROUNDS} rounds" in out["press"]["title"]
     assert bench.PRESS_ROUNDS % (len(bench.PRESS_SCHEMES) + 3) == 0     # every model first equally often
+    assert [bench.press_rounds(r) for r in (1, 42, 43, 50)] == [42, 42, 49, 56]
     assert "train_rounds_ms" in out["press"]["rows"][0] and "train_rounds_ms" not in capsys.readouterr().out
 
 

@@ -1180,8 +1180,25 @@ def test_a_spec_takes_every_keyword_its_scheme_takes_and_no_other():
             RunSpec(scheme=name, task="synthetic", model={"causal": True, key: None})
         with pytest.raises(ValueError, match=rf"unknown settings \['no_such_keyword'\] for scheme '{name}'"):
             RunSpec(scheme=name, task="synthetic", model={"causal": True, "no_such_keyword": 1})
-    with pytest.raises(ValueError, match=r"unknown settings \['n_head'\] for scheme 'rope'"):   # every recipe that
-        RunSpec(scheme="rope", task="corpus", model={"causal": True, "n_head": 8}, recipe="rope_extension")  # builds
+
+
+def _declared_spec(recipe):
+    """The first spec of any plan, tier ci, paper or full, made by `recipe`."""
+    return next(s for name in names() for profile in ("ci", "paper", "full") for _, s in plan(name, profile)
+                if s.recipe == recipe)
+
+
+@pytest.mark.parametrize("recipe", sorted(__import__("posenc.runs.recipes", fromlist=["x"]).BUILDS_MODEL))
+def test_every_recipe_that_builds_a_model_refuses_a_key_it_cannot_take(recipe):
+    """A declared spec of each recipe that builds through build_model, given a typo, or a keyword that the
+    recipe sets itself (pretrain's causal, xl_memory's max_len), is refused when the spec is made."""
+    from posenc.runs.recipes import BUILDS_MODEL
+    spec = _declared_spec(recipe)
+    with pytest.raises(ValueError, match=rf"unknown settings \['n_head'\] for scheme '{spec.scheme}'"):
+        spec.replace(model={"n_head": 8})
+    for key in BUILDS_MODEL[recipe]:
+        with pytest.raises(ValueError, match=rf"model sets \['{key}'\], which recipe '{recipe}' sets itself"):
+            spec.replace(model={key: 1})
 
 
 def test_scheme_parameters_agree_with_what_each_scheme_can_be_built_with():
@@ -1200,3 +1217,11 @@ def test_scheme_parameters_agree_with_what_each_scheme_can_be_built_with():
             cls(**base, **{key: defaults[key]})
         with pytest.raises(TypeError):
             cls(**base, no_such_keyword=1)
+        # and nothing a constructor on the chain takes is left out: its own keywords, then its parent's for as
+        # long as each passes the rest on through **kwargs
+        for k in (k for k in cls.__mro__ if "__init__" in k.__dict__ and k not in (torch.nn.Module, object)):
+            params = inspect.signature(k.__init__).parameters.values()
+            named = {p.name for p in params if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+            assert named <= scheme_parameters(name), (name, k)
+            if not any(p.kind is p.VAR_KEYWORD for p in params):
+                break

@@ -397,3 +397,11 @@ def test_figures_and_equations_are_numbered_per_chapter(site):
             assert caption and caption.group(1) == number, (page.name, href, number)
             links += 1
     assert links >= 4                                 # chapters 13 and 15 refer to their own figures
+    equations = 0                                     # and every equation reference reads its target's number
+    for page in (site / "notebooks").glob("*.html"):
+        for target, anchor, number in re.findall(r'<a class="reference internal" href="([^"#]*)#(equation-[^"]+)">'
+                                                 r'\(([0-9a-z.]+)\)</a>', page.read_text()):
+            html = (page.parent / target).read_text() if target else page.read_text()
+            assert f'<span class="eqno">({number})<a class="headerlink" href="#{anchor}"' in html, (page.name, anchor, number)
+            equations += 1
+    assert equations >= 100

@@ -48,6 +48,13 @@ PRESS_SCHEMES, PRESS_ROUNDS = ("sinusoidal", "rope", "t5", "alibi"), 42
 DEFAULT = tuple(s for s in SECTIONS if s not in ("workers", "graphs"))
 
 
+def press_rounds(rounds: int) -> int:
+    """At least PRESS_ROUNDS rounds (or `rounds`), rounded up to a multiple of the models timed (the four schemes,
+    NoPE and its two controls), so that rotated rounds put every model in every place of the turn equally often."""
+    models = len(PRESS_SCHEMES) + 3
+    return -(-max(rounds, PRESS_ROUNDS) // models) * models
+
+
 def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=None) -> dict:
     """{section title: Table} for the requested sections, printing each as it is done and passing the
     sections so far to `done` (so that a run cut short keeps what it finished)."""
@@ -60,9 +67,9 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
         "schemes": (f"cost per scheme / NoPE (d=128, 2 layers, 4 heads, batch 16, seq {seq_len}, {how})",
                     lambda: scheme_costs(**sizes)),
         "press": (f"Press et al.'s Table 1 schemes, training step per interleaved round (d=128, 2 layers, 4 heads, "
-                  f"batch 16, seq {seq_len}, {max(rounds, PRESS_ROUNDS)} rounds, each started by the next model, "
+                  f"batch 16, seq {seq_len}, {press_rounds(rounds)} rounds, each started by the next model, "
                   f"{clock} time)",
-                  lambda: scheme_costs(PRESS_SCHEMES, **{**sizes, "rounds": max(rounds, PRESS_ROUNDS), "rotate": True})),
+                  lambda: scheme_costs(PRESS_SCHEMES, **{**sizes, "rounds": press_rounds(rounds), "rotate": True})),
         "xt": (f"our step time / x-transformers' (same sizes and scheme, {how})",
                lambda: xtransformers_costs(**sizes)),
         "rope": ("apply_rope forward+backward, q and k [8, 8, 512, 64] float32, one thread, best of 30 (CPU time)",

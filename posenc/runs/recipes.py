@@ -16,9 +16,12 @@ from .evaluate import run
 from .train import TrainConfig
 
 RECIPES: dict[str, Callable] = {}
-#: Recipes that pass a spec's whole `model` (but `causal`) to `posenc.build_model`: their specs' model keys are
-#: checked against its keywords and the scheme's when the spec is made (`posenc.runs.spec.check_model_keys`).
-BUILDS_MODEL = frozenset({"sequence", "pretrain", "learned_extension", "xl_memory", "rope_extension", "rope_scalings"})
+#: Recipes that pass a spec's `model` to `posenc.build_model`, each with the build_model keywords it sets itself
+#: (a spec giving one would collide with it): their specs' model keys are checked against build_model's and the
+#: scheme's keywords, less these, when the spec is made (`posenc.runs.spec.check_model_keys`).
+BUILDS_MODEL = {"sequence": frozenset(), "learned_extension": frozenset(), "rope_extension": frozenset(),
+                "rope_scalings": frozenset(), "xl_memory": frozenset({"max_len"}),
+                "pretrain": frozenset({"causal", "cls_token", "num_classes"})}
 
 
 def recipe(name: str):

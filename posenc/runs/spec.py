@@ -38,16 +38,20 @@ MODEL_KEYWORDS = frozenset(name for name, p in inspect.signature(build_model).pa
                            if p.kind is p.KEYWORD_ONLY)
 
 
-def check_model_keys(scheme: str, model: dict) -> None:
-    """A ValueError naming the keys of a spec's `model` that neither `build_model` nor the scheme
-    accepts: without it, a typo (`n_head=8`) passes the plan and fails only when its run starts."""
+def check_model_keys(scheme: str, model: dict, fixed=frozenset(), recipe: str = "sequence") -> None:
+    """A ValueError naming the keys of a spec's `model` that neither `build_model` nor the scheme accepts, or
+    that the recipe sets itself (`fixed`): without it, a typo (`n_head=8`) passes the plan and fails only when
+    its run starts."""
+    clash = sorted(set(model) & set(fixed))
+    if clash:
+        raise ValueError(f"model sets {clash}, which recipe {recipe!r} sets itself; leave them out")
     accepted = scheme_parameters(scheme)
     if accepted is None:
         return
     unknown = sorted(set(model) - MODEL_KEYWORDS - accepted)
     if unknown:
         raise ValueError(f"model has unknown settings {unknown} for scheme {scheme!r}; allowed: "
-                         f"{', '.join(sorted(MODEL_KEYWORDS | accepted))}")
+                         f"{', '.join(sorted((MODEL_KEYWORDS | accepted) - set(fixed)))}")
 
 
 def _plain(value, where: str):
@@ -140,7 +144,7 @@ class RunSpec:
             model = {**MODEL_DEFAULTS, **model}
         from .recipes import BUILDS_MODEL
         if self.recipe in BUILDS_MODEL and self.scheme in SCHEMES:
-            check_model_keys(self.scheme, model)
+            check_model_keys(self.scheme, model, BUILDS_MODEL[self.recipe], self.recipe)
         object.__setattr__(self, "task_kwargs", {**task_defaults(self.task), **self.task_kwargs})
         object.__setattr__(self, "train", train)
         object.__setattr__(self, "lengths", lengths)
