@@ -121,8 +121,7 @@ def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}", unit: str 
     from ..analysis import verdict, written
     out = verdict(list(values.values()) if isinstance(values, dict) else list(values), band)
     if out["seeds"] == 0:                       # no seed met what the claim presupposes: nothing measured
-        out["measured"] = (f"{effect}: no seed to measure; band {out['band']}" if unit == "seeds"
-                           else f"{effect}: no {unit} to measure; band {out['band']}")
+        out["measured"] = f"{effect}: no {'seed' if unit == 'seeds' else unit} to measure; band {out['band']}"
         return out
     lo, hi = out["interval"]
     out["measured"] = (f"{effect}: {written(out['mean'], fmt)} [{written(lo, fmt)}, {written(hi, fmt)}] over "
