@@ -230,21 +230,6 @@ def plateau_sentence(plateau: Table, entropy: float, *, by: str = "model") -> st
             f"and not yet what their neighbours say.")
 
 
-def seed_gap(rows: Table, a: str, b: str, metric: str = "mlm", by: str = "model") -> dict:
-    """Mean of `metric` for b minus a over seeds, the larger of the two seed ranges, and a verdict.
-
-    real: True when |gap| exceeds the spread (a difference the seeds agree on), False when
-    it does not, None with a single seed (no spread to compare with).
-    """
-    rows = Table(rows)
-    va, vb = metric_values(rows.where(**{by: a}), metric), metric_values(rows.where(**{by: b}), metric)
-    if not va or not vb:
-        raise ValueError(f"no rows with {by}={a!r} and {by}={b!r}")
-    gap = mean(vb) - mean(va)
-    spread = max(max(va) - min(va), max(vb) - min(vb))
-    return {"gap": gap, "spread": spread, "real": None if min(len(va), len(vb)) < 2 else abs(gap) > spread}
-
-
 @dataclass(frozen=True)
 class Band:
     """The interval of an effect that counts as reproducing a claim, named before it is measured.
@@ -514,7 +499,8 @@ def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9,
     seeds with 95% bootstrap intervals), the length-generalisation MRR (over the tasks some scheme learns to
     `threshold` at L, `beyond_scores`) with the places in the MRR order that seed noise allows
     (`mrr_bootstrap`), and the training-step time and memory against NoPE from the cost benchmark
-    (`costs`: rows with scheme, train/nope, act/nope).
+    (`costs`: rows with scheme, train/nope, act/nope). A "seeds" column only where the schemes' seed counts
+    differ.
 
     mrr, places: {scheme: MRR} and {scheme: (best place, worst place)} ranked elsewhere (a suite trained
     for some of the schemes only), instead of ranking `rows`; a scheme they lack gets empty cells."""
@@ -537,6 +523,8 @@ def findings(rows: Table, costs: Table | None = None, *, threshold: float = 0.9,
         if s in cost:
             row |= {"step / NoPE": round(cost[s]["train/nope"], 2), "memory / NoPE": round(cost[s]["act/nope"], 2)}
         out.append(row)
+    if len({r["seeds"] for r in out}) == 1:         # one count for all: the page's status line gives it, not a column
+        out = Table({k: v for k, v in r.items() if k != "seeds"} for r in out)
     return Table(sorted(out, key=lambda r: float(r["bpc at L"].split()[0])))
 
 

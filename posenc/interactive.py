@@ -41,12 +41,14 @@ def _curve(rows: Table, task: str, metric: str, scheme: str) -> dict:
     return out
 
 
-def length_curves(rows: Table, panels=LENGTH_PANELS, *, title: str | None = None):
+def length_curves(rows: Table, panels=LENGTH_PANELS, *, title: str | None = None, start_hidden=()):
     """Metric against evaluation length (as a multiple of the training length L), one curve per scheme.
 
     Each point is the mean over seeds with its 95% percentile-bootstrap interval as error bars.
     A menu picks the task of `panels` ((task, metric, axis title) triples); clicking a scheme
-    in the legend hides or shows it, and a double click shows it alone.
+    in the legend hides or shows it, and a double click shows it alone. The schemes in
+    `start_hidden` start in the legend only (a click draws them), so that a phone's small plot
+    opens on the main curves.
     """
     import plotly.graph_objects as go
     rows = Table(rows)
@@ -56,23 +58,28 @@ def length_curves(rows: Table, panels=LENGTH_PANELS, *, title: str | None = None
     if missing:
         raise ValueError(f"panels name tasks with no rows: {missing}; rows have {sorted({r['task'] for r in rows})}")
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    unknown = sorted(set(start_hidden) - set(schemes))
+    if unknown:
+        raise ValueError(f"start_hidden names schemes with no rows: {unknown}")
+    shown = lambda scheme, on: ("legendonly" if scheme in start_hidden else True) if on else False
     fig = go.Figure()
     for k, (task, metric, _) in enumerate(panels):
         for scheme in schemes:
             c = _curve(rows, task, metric, scheme)
             color, marker = SCHEME_STYLE.get(scheme, ("#555555", "o"))
             fig.add_trace(go.Scatter(
-                x=c["x"], y=c["y"], name=scheme, legendgroup=scheme, visible=k == 0, mode="lines+markers",
+                x=c["x"], y=c["y"], name=scheme, legendgroup=scheme, visible=shown(scheme, k == 0), mode="lines+markers",
                 line={"color": color, "width": 2}, marker={"symbol": _SYMBOLS.get(marker, "circle"), "size": 8},
                 error_y={"type": "data", "symmetric": False, "array": c["hi"], "arrayminus": c["lo"],
                          "thickness": 1, "width": 3},
                 hovertemplate=f"{scheme}<br>%{{x}} x L: %{{y:.3f}}<extra></extra>"))
     n = len(schemes)
     menu = [{"label": task, "method": "update",
-             "args": [{"visible": [j // n == k for j in range(n * len(panels))]}, {"yaxis.title.text": axis}]}
+             "args": [{"visible": [shown(schemes[j % n], j // n == k) for j in range(n * len(panels))]},
+                      {"yaxis.title.text": axis}]}
             for k, (task, _, axis) in enumerate(panels)]
     fig.update_layout(
-        template="simple_white", height=520, margin={"l": 60, "r": 10, "t": 60, "b": 10},
+        template="simple_white", height=600, margin={"l": 60, "r": 10, "t": 60, "b": 10},
         title={"text": title, "x": 0.5} if title else None, font={"size": 13},
         # The ticks name the lengths (L, 2L, ...) so the axis needs no title: on a phone the legend's many rows
         # below the plot would otherwise run into it.

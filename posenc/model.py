@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from .attention import Attention, causal_block_mask, check_dropout, check_sizes, merge_mask
 from .host import to_device, values_checked_on_host
-from .scheme import PositionContext, Scheme, get_scheme, summarise_positions
+from .scheme import PositionContext, Scheme, check_positions, get_scheme, scheme_parameters, summarise_positions
 
 IGNORE = -100  # target id that losses and metrics skip
 #: Where a bias scheme's b_ij is computed: "auto" (FlexAttention on CUDA from `FLEX_MIN_KEYS` keys, the
@@ -284,21 +284,10 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _check_positions(seq_len: int, positions: Tensor) -> Tensor:
-        """Positions validated once, where the model receives them: every integer dtype is
-        widened to int64 (so j - i cannot wrap around in uint8 or int8), floats must be finite."""
-        if not isinstance(positions, Tensor) or positions.dim() != 1 or positions.shape[0] != seq_len:
-            shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
-            raise ValueError(f"positions must be a 1-D tensor [seq={seq_len}]; got {shape}")
-        if positions.dtype == torch.bool or positions.is_complex():
-            raise TypeError(f"positions must be an integer or float tensor; got {positions.dtype}")
-        if positions.is_floating_point():
-            if not torch.isfinite(positions).all():
-                raise ValueError("positions must be finite; got NaN or infinite values")
-            if positions.dtype in (torch.float16, torch.bfloat16):
-                positions = positions.float()
-        else:
-            positions = positions.long()
-        return positions
+        """Positions validated once, where the model receives them (`check_positions`), every integer dtype
+        widened to int64 (so j - i cannot wrap around in uint8 or int8)."""
+        check_positions(positions, seq_len)
+        return positions if positions.is_floating_point() else positions.long()
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -339,6 +328,13 @@ def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: in
     check_model_args(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal,
                      d_ff=d_ff, dropout=dropout, cls_token=cls_token, tie_weights=tie_weights, num_classes=num_classes)
     check_sizes(max_len=max_len)
+    accepted = scheme_parameters(scheme)           # None: a constructor takes **kwargs of its own (any name)
+    unknown = [] if accepted is None else sorted(set(scheme_kwargs) - accepted)
+    if unknown:
+        own = sorted(accepted - {"d_model", "n_heads", "n_layers", "max_len", "causal"})
+        raise TypeError(f"build_model: scheme {scheme!r} takes no keyword {', '.join(unknown)}; its own keywords: "
+                        f"{', '.join(own) or 'none'} (besides build_model's: d_model, n_heads, n_layers, causal, "
+                        f"max_len, d_ff, dropout, cls_token, tie_weights, num_classes)")
     scheme_module = get_scheme(scheme)(d_model=d_model, n_heads=n_heads, n_layers=n_layers,
                                        max_len=max_len + int(cls_token), causal=causal, **scheme_kwargs)
     return Transformer(scheme_module, vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers,

@@ -54,11 +54,12 @@ def shades(scheme: str, n: int) -> list[str]:
             for t in (np.linspace(0, 1, n) if n > 1 else [0.0])]
 
 
-#: RoPE's context extensions (chapters 11 and 16): one colour and marker each, the same in both chapters, in hues
-#: that no scheme drawn beside them takes (RoPE keeps its own colour, as trained or fine-tuned). Line style tells
-#: a fine-tuned extension (solid) from one applied as it is (dashed).
-SCALING_STYLE = {"PI": ("#EE7733", "s"), "NTK": ("#8C564B", "^"), "dynamic NTK": ("#6A3D9A", "v"),
-                 "YaRN": ("#CC3311", "D"), "Llama 3": ("#A6761D", "o"), "LongRoPE": ("#AA4499", "P")}
+#: RoPE's context extensions (chapters 11 and 16): one colour and marker each, the same in both chapters, in
+#: colours no scheme takes anywhere in the book (at least 20 apart in CIELAB from every `SCHEME_STYLE` colour;
+#: RoPE keeps its own, as trained or fine-tuned). Line style tells a fine-tuned extension (solid) from one
+#: applied as it is (dashed).
+SCALING_STYLE = {"PI": ("#5555DD", "s"), "NTK": ("#777700", "^"), "dynamic NTK": ("#007788", "v"),
+                 "YaRN": ("#FF22CC", "D"), "Llama 3": ("#BB11EE", "o"), "LongRoPE": ("#00BB11", "P")}
 
 
 def scaling_style(name: str, *, fine_tuned: bool = False) -> dict:

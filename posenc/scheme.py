@@ -46,6 +46,30 @@ import torch
 from torch import Tensor, nn
 
 
+def check_positions(positions, seq_len: int | None = None, *, finite: str = "always") -> Tensor:
+    """The one rule for positions, wherever they come in (the model, the public functions): a 1-D tensor
+    [seq] (of length `seq_len` when given) of integers or of float32/float64 values, finite.
+
+    bool and complex are refused (TypeError), and so are float16 and bfloat16, which round the integers
+    above 2048 and 256: pass positions before a cast. `finite`: "always" reads the values wherever they are
+    (one wait on a GPU), "on cpu" only where reading is free, "never" leaves it to the caller.
+    Returns `positions` unchanged."""
+    if finite not in ("always", "on cpu", "never"):
+        raise ValueError(f"finite must be 'always', 'on cpu' or 'never'; got {finite!r}")
+    if not isinstance(positions, Tensor) or positions.dim() != 1 or (seq_len is not None and len(positions) != seq_len):
+        got = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be a 1-D tensor [seq{'' if seq_len is None else f'={seq_len}'}]; got {got}")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}")
+    if positions.dtype in (torch.float16, torch.bfloat16):
+        raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}, which "
+                        f"rounds positions (bfloat16 above 256, float16 above 2048): pass them before the cast")
+    read = finite == "always" or (finite == "on cpu" and positions.device.type == "cpu")
+    if read and positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
+        raise ValueError("positions must be finite; got NaN or inf")
+    return positions
+
+
 def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:
     """(p_0 if positions are the integers p_0, p_0 + 1, ... else None, (min, max) or None if empty),
     read in one transfer from wherever `positions` [seq] live."""
@@ -268,13 +292,24 @@ class Scheme(nn.Module):
 SCHEMES: dict[str, type[Scheme]] = {}
 
 
-def register(name: str):
-    """Class decorator adding a scheme to `SCHEMES` under `name`."""
+def register(name: str, *, replace: bool = False):
+    """Class decorator adding a scheme to `SCHEMES` under `name`.
+
+    A name already bound to another class is refused unless `replace=True`: a run's key names its scheme,
+    not the class, so a silently replaced "rope" would read, or overwrite, the records the book's RoPE made.
+    (The same class defined again, as a module reload does, replaces itself.)"""
     if not isinstance(name, str) or not name:         # a tuple among the names breaks every sorted() of them
         raise TypeError(f"register's name must be a non-empty str; got {name!r}")
+    if not isinstance(replace, bool):
+        raise TypeError(f"replace must be True or False; got {replace!r}")
     def add(cls: type[Scheme]) -> type[Scheme]:
         if not (isinstance(cls, type) and issubclass(cls, Scheme)):
             raise TypeError(f"register({name!r}) expects a Scheme subclass; got {cls!r}")
+        old = SCHEMES.get(name)
+        same = old is not None and (old.__module__, old.__qualname__) == (cls.__module__, cls.__qualname__)
+        if old is not None and not same and not replace:
+            raise ValueError(f"scheme name {name!r} is taken by {old.__module__}.{old.__qualname__}; choose "
+                             f"another name, or register({name!r}, replace=True) to replace it")
         SCHEMES[name] = cls
         return cls
     return add

@@ -319,10 +319,11 @@ def variant(hooks: tuple) -> str:
 
 
 #: The chapters' diagrams: one hook each, or several where a chapter's schemes enter at more than one
-#: (ViT's learned and 2-D sinusoidal tables at the input and axial RoPE at q/k; chapter 17's KERPLE and
-#: FIRE biases, CoPE's extra logits, and randomized positions given to RoPE).
+#: (ViT's learned and 2-D sinusoidal tables at the input and axial RoPE at q/k; chapter 07b's Shaw and
+#: Transformer-XL extra terms beside T5's bias; chapter 17's KERPLE and FIRE biases, CoPE's extra logits,
+#: and randomized positions given to RoPE).
 VARIANTS = {"input": ("input",), "qk": ("qk",), "bias": ("bias",), "extra": ("extra",), "none": (),
-            "input-qk": ("input", "qk"), "bias-extra-qk": ("bias", "extra", "qk")}
+            "input-qk": ("input", "qk"), "bias-extra": ("bias", "extra"), "bias-extra-qk": ("bias", "extra", "qk")}
 
 
 def render() -> dict[pathlib.Path, str]:

@@ -83,11 +83,13 @@ def test_odd_model_width_is_rejected_by_the_scheme():
 def test_sequence_longer_than_table_is_a_clear_error(scheme):
     model = small_model(scheme, max_len=16)
     model(torch.randint(0, 23, (2, 16)))
-    with pytest.raises(ValueError, match=r"length 17.* has 16 rows; build with a larger max_len"):
+    with pytest.raises(ValueError, match=r"^positions reach 16, but the learned table has 16 rows \(positions 0 to "
+                                         r"15\); build with a larger max_len"):
         model(torch.randint(0, 23, (2, 17)))
     classifier = small_model(scheme, max_len=16, causal=False, cls_token=True, num_classes=2)
     classifier.classify(torch.randint(0, 23, (2, 16)))                  # max_len counts tokens; [CLS] has its own row
-    with pytest.raises(ValueError, match=r"length 18, a \[CLS\] token included.* has 17 rows"):
+    with pytest.raises(ValueError, match=r"positions reach 17, a \[CLS\] token at position 0 included, but the "
+                                         r"learned table has 17 rows"):
         classifier.classify(torch.randint(0, 23, (2, 17)))
 
 

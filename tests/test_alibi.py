@@ -99,3 +99,21 @@ def test_registered_and_exported_where_the_contract_says():
     import posenc.bias
     assert posenc.SCHEMES["alibi"].__name__ == "ALiBi"
     assert posenc.bias.alibi_slopes is alibi_slopes
+
+
+def test_the_bias_follows_the_slopes_and_the_flex_path_is_exact_at_any_offset():
+    """The reused bias is rebuilt when the slopes are edited in place; FlexAttention's score_mod differences
+    positions before rounding them to float32, so an offset past 2^24 changes nothing there either."""
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 23, (1, 16))
+    model = small_model("alibi")
+    first = model(tokens)
+    model.scheme.slopes.mul_(4)
+    changed = model(tokens)
+    model.scheme.clear_cache()
+    torch.testing.assert_close(changed, model(tokens))
+    assert not torch.allclose(changed, first)
+    model.attention_backend = "flex"
+    far = torch.arange(16) + 2 ** 25 + 1
+    with torch.no_grad(), pytest.warns(UserWarning, match="flex_attention called without torch.compile"):
+        torch.testing.assert_close(model(tokens, positions=far), model(tokens), rtol=1e-5, atol=1e-5)

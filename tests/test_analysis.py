@@ -250,6 +250,9 @@ def test_findings_table_and_summary_follow_the_rows():
     with_places = findings(rows, mrr={"b": 1.0, "nope": 0.5}, places={"b": (1, 2), "nope": (1, 2)})
     assert [r["MRR places"] for r in with_places] == ["", "1 to 2", "1 to 2"]
     assert "b ranks first (places 1 to 2 under seed noise) and NoPE 2 of 2 (places 1 to 2" in findings_summary(with_places)
+    assert "seeds" not in table.columns                                  # three seeds each: the page says so once
+    fewer = findings(Table(r for r in rows if not (r["scheme"] == "b" and r["seed"] == 2)))
+    assert [r["seeds"] for r in fewer] == [3, 2, 3]                     # counts that differ get their column
 
 
 def test_findings_summary_counts_a_scheme_exactly_1_percent_above_its_loss_at_l_as_flat():
@@ -603,7 +606,7 @@ def test_with_interval_reads_a_seed_dict_by_its_values():
 
 
 def test_nan_is_an_error_in_every_summary_not_a_silent_value():
-    from posenc.analysis import beyond_scores, seed_gap
+    from posenc.analysis import beyond_scores, metric_values
     nan = float("nan")
     with pytest.raises(ValueError, match="NaN loss at step 100"):
         smooth([{"step": 50, "loss": 5.0}, {"step": 100, "loss": nan}, {"step": 150, "loss": 0.1}])
@@ -612,7 +615,7 @@ def test_nan_is_an_error_in_every_summary_not_a_silent_value():
     rows = Table([{"model": m, "seed": k, "mlm": v} for m, k, v in (("a", 0, 3.0), ("a", 1, nan), ("b", 0, 2.0),
                                                                     ("b", 1, 2.1))])
     with pytest.raises(ValueError, match="NaN"):
-        seed_gap(rows, "a", "b")
+        metric_values(rows.where(model="a"), "mlm")
     flat = [{"step": s, "loss": 4.0} for s in (50, 100, 150)]
     with pytest.raises(ValueError, match="NaN"):
         plateau_table(rows, {(m, k): flat for m in "ab" for k in (0, 1)}, 3.2, plateau=3.9)

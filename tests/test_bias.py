@@ -131,3 +131,32 @@ def test_toeplitz_bias_of_consecutive_positions_equals_the_general_gather(causal
         grads.append(torch.autograd.grad((b * w).sum(), scheme.bias.weight)[0])
     assert torch.equal(out[0], out[1])
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-4)   # float32 sums in another order
+
+
+def test_register_refuses_to_rebind_a_schemes_name_unless_asked():
+    """A run's key names its scheme, not the class: a second class under "rope" would read the book's RoPE
+    records. The same class defined again (a module reload) rebinds itself; replace=True rebinds on purpose."""
+    from posenc.scheme import SCHEMES, Scheme, register
+    original = SCHEMES["rope"]
+    with pytest.raises(ValueError, match="scheme name 'rope' is taken by posenc.schemes.rotary.RoPE"):
+        @register("rope")
+        class Mine(Scheme):
+            pass
+    assert SCHEMES["rope"] is original
+    try:
+        @register("test-reload")
+        class Again(Scheme):
+            pass
+        first = Again
+        @register("test-reload")
+        class Again(Scheme):                                   # noqa: F811 (the same class, defined again)
+            pass
+        assert SCHEMES["test-reload"] is Again is not first
+        @register("test-reload", replace=True)
+        class Other(Scheme):
+            pass
+        assert SCHEMES["test-reload"] is Other
+    finally:
+        SCHEMES.pop("test-reload", None)
+    with pytest.raises(TypeError, match="replace must be True or False"):
+        register("x", replace="yes")

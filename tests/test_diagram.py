@@ -20,7 +20,7 @@ def test_diagrams_are_up_to_date():
 
 def test_diagrams_are_scalable_accessible_svg():
     files = load_script().render()
-    assert len(files) == 8
+    assert len(files) == 9
     for path in files:
         root = ET.parse(path).getroot()
         assert root.tag == SVG + "svg", path

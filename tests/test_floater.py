@@ -53,6 +53,24 @@ def test_cache_gives_identical_outputs_and_is_dropped_by_training():
     assert model.scheme.cached.shape[1] == 0
 
 
+def test_the_cache_is_never_served_for_other_weights():
+    """A cached table is used only while the parameters it was solved from are unchanged: loading another
+    model's weights (as evaluating several seeds with one model does) or editing one in place solves again."""
+    torch.manual_seed(0)
+    model, other = small_model("floater"), small_model("floater")
+    tokens = torch.randint(0, 23, (2, 20))
+    model.scheme.cache(64)
+    hit = model(tokens)
+    torch.testing.assert_close(model(tokens), hit)                     # same weights: the cache serves
+    model.load_state_dict(other.state_dict())
+    torch.testing.assert_close(model(tokens), other(tokens), rtol=1e-5, atol=1e-5)
+    model.scheme.cache(64)
+    before = model(tokens)
+    with torch.no_grad():
+        model.scheme.p0.add_(0.5)
+    assert not torch.allclose(model(tokens), before)
+
+
 def test_adjoint_gradients_match_direct_backprop():
     torch.manual_seed(0)
     s = Floater(d_model=8, n_heads=2, n_layers=2, max_len=16, causal=True, method="dopri5")

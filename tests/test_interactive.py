@@ -39,6 +39,15 @@ def test_one_trace_per_scheme_and_task_with_the_first_task_shown_and_a_menu_for_
     assert rope.line.color == posenc.plots.SCHEME_STYLE["rope"][0]
 
 
+def test_schemes_can_start_in_the_legend_only_on_every_panel():
+    fig = length_curves(rows(), start_hidden=("alibi",))
+    assert [t.visible for t in fig.data] == [True, "legendonly", False, False]
+    buttons = fig.layout.updatemenus[0].buttons
+    assert list(buttons[1].args[0]["visible"]) == [False, False, True, "legendonly"]
+    with pytest.raises(ValueError, match=r"start_hidden names schemes with no rows: \['xpos'\]"):
+        length_curves(rows(), start_hidden=("xpos",))
+
+
 def test_bad_input_is_refused_by_name():
     with pytest.raises(ValueError, match="rows is empty"):
         length_curves(posenc.Table())

@@ -249,7 +249,7 @@ def test_bad_positions_raise_clear_errors():
         model(tokens, torch.arange(4))
     with pytest.raises(ValueError, match="positions must be a 1-D"):
         model(tokens, torch.arange(10).view(2, 5))
-    with pytest.raises(TypeError, match="positions must be an integer or float tensor"):
+    with pytest.raises(TypeError, match="positions must be an integer, float32 or float64 tensor; got torch.bool"):
         model(tokens, torch.ones(5, dtype=torch.bool))
 
 
@@ -515,3 +515,33 @@ def test_relative_index_functions_refuse_bools_and_agree_on_empty_queries():
                 f(*bad)
     with pytest.raises(ValueError, match="k must be a positive int"):
         posenc.build_model("deberta", 10, d_model=32, n_heads=4, causal=False, k=True)
+
+
+def test_build_model_names_a_keyword_the_scheme_does_not_take():
+    with pytest.raises(TypeError, match=r"scheme 'alibi' takes no keyword base; its own keywords: none"):
+        posenc.build_model("alibi", 16, causal=True, base=500.0)
+    with pytest.raises(TypeError, match=r"scheme 'rope' takes no keyword scale_base; its own keywords: .*base"):
+        posenc.build_model("rope", 16, causal=True, scale_base=512)
+    posenc.build_model("xpos", 16, causal=True, scale_base=64.0, base=500.0)        # its own and RoPE's
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (torch.arange(20).bfloat16(), TypeError, "rounds positions"),
+    (torch.arange(20).half(), TypeError, "rounds positions"),
+    (torch.arange(20) > 3, TypeError, "integer, float32 or float64"),
+    (torch.arange(19), ValueError, r"1-D tensor \[seq=20\]"),
+    (torch.tensor([0.0] * 19 + [float("nan")]), ValueError, "finite"),
+])
+def test_one_rule_for_positions_in_the_model_and_the_functions(bad, error, match):
+    """The model and the public functions apply `check_positions`: half-precision positions are refused
+    everywhere (bfloat16 rounds every integer above 256), not rounded in one place and refused in another."""
+    from posenc.alibi import alibi_bias, alibi_slopes
+    from posenc.functional import apply_rope, fire_bias, kerple_bias
+    with pytest.raises(error, match=match):
+        small_model("rope")(torch.randint(0, 23, (1, 20)), positions=bad)
+    if len(bad) == 20:                                    # the functions take any length
+        for call in (lambda: apply_rope(torch.randn(20, 8), bad), lambda: alibi_bias(bad, alibi_slopes(2)),
+                     lambda: kerple_bias(bad, torch.ones(2), torch.ones(2)),
+                     lambda: fire_bias(bad, torch.nn.Linear(1, 2), 1.0, 4.0)):
+            with pytest.raises(error, match=match):
+                call()

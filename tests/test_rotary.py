@@ -339,3 +339,18 @@ def test_rotate_refuses_one_row_of_the_tables_where_it_wants_one_row_per_positio
     with pytest.raises(ValueError, match=r"cos/sin must be \[seq=4, dim/2=4\]; got \(4,\)"):
         rotate(x, cos[3], sin[3])
     torch.testing.assert_close(rotate(x, cos, sin), apply_rope(x, torch.arange(4)))
+
+
+def test_a_cached_table_follows_the_settings_it_was_built_with():
+    """RoPE's and xPos's tables are cached per length; changing base, p or xPos's scale after a forward
+    (a sweep at evaluation time) builds them again rather than serving the old ones."""
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 23, (1, 16))
+    for scheme, attr, value in (("rope", "base", 500000.0), ("rope", "p", 0.5), ("xpos", "scale_base", 16.0)):
+        model = small_model(scheme)
+        first = model(tokens)
+        setattr(model.scheme, attr, value)
+        changed = model(tokens)
+        model.scheme.clear_cache()
+        torch.testing.assert_close(changed, model(tokens))           # what a fresh table gives
+        assert not torch.allclose(changed, first), (scheme, attr)

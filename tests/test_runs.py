@@ -1225,3 +1225,13 @@ def test_scheme_parameters_agree_with_what_each_scheme_can_be_built_with():
             assert named <= scheme_parameters(name), (name, k)
             if not any(p.kind is p.VAR_KEYWORD for p in params):
                 break
+
+
+def test_the_store_writes_files_with_the_mode_a_plain_open_gives(tmp_path):
+    """atomic_write's temporary file is made 0600 by mkstemp; the file it becomes is readable as any other."""
+    import os
+    from posenc.runs.store import FILE_MODE, atomic_write
+    path = atomic_write(tmp_path / "a.json", "{}")
+    plain = tmp_path / "b.json"
+    plain.write_text("{}")
+    assert os.stat(path).st_mode & 0o777 == os.stat(plain).st_mode & 0o777 == FILE_MODE

@@ -405,3 +405,16 @@ def test_figures_and_equations_are_numbered_per_chapter(site):
             assert f'<span class="eqno">({number})<a class="headerlink" href="#{anchor}"' in html, (page.name, anchor, number)
             equations += 1
     assert equations >= 100
+
+
+def test_every_figure_image_has_words_for_its_alt_text(site):
+    """book/_ext/figure_alt.py: a notebook's figure was read out by a screen reader as its file name
+    ("../_images/2b73e6....png"); every image's alt text is now words, a figure's its caption."""
+    checked = 0
+    for page in [*(site / "notebooks").glob("*.html"), site / "book" / "intro.html"]:
+        for alt, src in re.findall(r'<img alt="([^"]*)" src="([^"]*)"', page.read_text()):
+            assert alt and "_images/" not in alt and alt != src.rsplit("/", 1)[-1], (page.name, src, alt[:80])
+            checked += 1
+    rope = (site / "notebooks" / "11_rope.html").read_text()
+    assert '<img alt="RoPE, NoPE, learned and sinusoidal character LMs: (a) training loss' in rope
+    assert checked >= 80

@@ -272,22 +272,6 @@ def test_unigram_entropy_is_the_context_free_loss():
         corpus.unigram_entropy("test")
 
 
-def test_seed_gap_calls_a_difference_real_only_beyond_the_seed_spread():
-    from posenc import Table
-    from posenc.analysis import seed_gap
-    rows = Table([{"model": m, "mlm": v} for m, vals in {"a": [3.0, 3.1], "b": [2.5, 2.6], "c": [2.9, 3.3]}.items()
-                  for v in vals])
-    ab = seed_gap(rows, "a", "b")
-    assert abs(ab["gap"] + 0.5) < 1e-9 and abs(ab["spread"] - 0.1) < 1e-9 and ab["real"] is True
-    assert seed_gap(rows, "a", "c")["real"] is False
-    # a gap equal to the spread does not exceed it (gap 1, spread 1)
-    tie = Table([{"model": m, "mlm": v} for m, vals in {"a": [0.0, 1.0], "b": [1.0, 2.0]}.items() for v in vals])
-    assert seed_gap(tie, "a", "b")["real"] is False
-    assert seed_gap(Table([{"model": "a", "mlm": 1.0}, {"model": "b", "mlm": 2.0}]), "a", "b")["real"] is None
-    with pytest.raises(ValueError, match="no rows"):
-        seed_gap(rows, "a", "zzz")
-
-
 def test_every_registered_task_follows_the_protocol():
     from posenc.tasks import BUILDERS, Task, make_task
     small = {"synthetic": {"name": "copy"}, "corpus": {"train_length": 16}, "mlm_cls": {"train_length": 16},

@@ -181,6 +181,28 @@ def test_record_claim_applies_the_one_rule_and_stores_the_evidence(tmp_path):
         posenc.record_claim("99_test", "ci", "x", [1.0] * 3, band, effect="e", unit="", results_dir=tmp_path)
 
 
+def test_a_claims_reason_can_depend_on_its_verdict(tmp_path):
+    """why={verdict: reason} stores the reason for the verdict the rule gives; a dict without that verdict, or
+    with a key that is no verdict, is refused by name before anything is written."""
+    from posenc.analysis import Band
+    why = {"reproduced": "it holds because A", "contradicted": "it fails because B"}
+    for name, values, reason in (("holds", [0.10, 0.11, 0.12], "it holds because A"),
+                                 ("fails", [-0.3, -0.31, -0.29], "it fails because B")):
+        posenc.record_claim("99_test", "ci", name, values, Band(0.05, None), effect="gain", why=why,
+                            results_dir=tmp_path)
+        assert {r["claim"]: r for r in posenc.load_claims("ci", results_dir=tmp_path)}[name]["why"] == reason
+    with pytest.raises(ValueError, match="no reason for the verdict 'not resolved'"):
+        posenc.record_claim("99_test", "ci", "open", [-0.2, 0.0, 0.3], Band(0.05, None), effect="gain", why=why,
+                            results_dir=tmp_path)
+    with pytest.raises(ValueError, match="why's keys must be verdicts"):
+        posenc.record_claim("99_test", "ci", "typo", [0.1] * 3, Band(0.05, None), effect="gain",
+                            why={"reproduce": "x"}, results_dir=tmp_path)
+    with pytest.raises(TypeError, match="why must be"):
+        posenc.record_claim("99_test", "ci", "list", [0.1] * 3, Band(0.05, None), effect="gain", why=["x"],
+                            results_dir=tmp_path)
+    assert "open" not in {r["claim"] for r in posenc.load_claims("ci", results_dir=tmp_path)}
+
+
 def test_a_recorded_claim_can_be_judged_again_from_its_file_alone(tmp_path):
     """record_claim stores the band's edges, its null, the mean and the profile; `rejudge` gives every stored
     verdict back, equivalence and one-sided bands with their null at the edge included, and a record from
@@ -230,3 +252,18 @@ def test_rejudge_reads_a_claims_file_straight_from_json(tmp_path):
                         effect="share", results_dir=tmp_path)
     (raw,) = json.loads((tmp_path / "ci" / "claims" / "99_test.json").read_text()).values()
     assert raw["interval"][1] == "inf" and rejudge(raw) == raw["verdict"]
+
+
+def test_results_and_claims_refuse_nan_by_its_place(tmp_path):
+    """JSON has no NaN: save_results names where one (or an infinity) sits; a claim's evidence may hold an
+    infinity (a target never reached, stored as "inf") but not a NaN."""
+    import math
+    with pytest.raises(ValueError, match=r"data\['a'\]\[1\] is nan"):
+        posenc.save_results("x", {"a": [1.0, math.nan]}, tmp_path)
+    with pytest.raises(ValueError, match=r"data\['b'\] is inf"):
+        posenc.save_results("x", {"b": math.inf}, tmp_path)
+    assert not (tmp_path / "x.json").exists()
+    with pytest.raises(ValueError, match=r"evidence\['mean'\] of claim 'c' is NaN"):
+        posenc.save_claim("99_t", "ci", "c", "m", "reproduced", results_dir=tmp_path, mean=math.nan)
+    posenc.save_claim("99_t", "ci", "c", "m", "reproduced", results_dir=tmp_path, interval=[0.0, math.inf])
+    assert posenc.load_claims("ci", results_dir=tmp_path)[0]["interval"] == [0.0, math.inf]

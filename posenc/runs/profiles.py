@@ -44,7 +44,24 @@ def save_results(name: str, data, results_dir: str | Path | None = None) -> Path
     if isinstance(data, dict) and "machine" not in data:
         from ..bench.timing import machine
         data = {"machine": machine("cuda" if torch.cuda.is_available() else "cpu"), **data}
-    return atomic_write(path, json.dumps(data, indent=1) + "\n")
+    bad = _nonfinite(data)
+    if bad is not None:
+        raise ValueError(f"data{bad[0]} is {bad[1]}: JSON has no NaN or infinity (store None, or the number as a "
+                         f"string)")
+    return atomic_write(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+
+
+def _nonfinite(obj, where: str = "", *, infinite: bool = True) -> tuple[str, float] | None:
+    """(where, value) of the first NaN in `obj` (dicts and lists walked; `where` written as ["key"][0]), or of
+    the first infinity too when `infinite`; None when there is none."""
+    if isinstance(obj, float) and (math.isnan(obj) or (infinite and math.isinf(obj))):
+        return where, obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        found = _nonfinite(value, f"{where}[{key!r}]", infinite=infinite)
+        if found is not None:
+            return found
+    return None
 
 
 def load_results(name: str, results_dir: str | Path | None = None):
@@ -82,6 +99,9 @@ def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: boo
     path = _claims_path(profile, chapter, results_dir)
     claims = _read_claims(path) if path.exists() else {}
     word = holds if isinstance(holds, str) else VERDICTS[holds]
+    nan = _nonfinite(evidence, infinite=False)                  # an infinity is a value ("never"): kept as "inf"
+    if nan is not None:
+        raise ValueError(f"evidence{nan[0]} of claim {claim!r} is NaN: a claim's numbers must be numbers")
     claims[claim] = {"measured": measured, "verdict": word, "why": why, "profile": profile, **evidence}
     atomic_write(path, json.dumps(_strict(claims), indent=1, allow_nan=False) + "\n")
 
@@ -130,15 +150,30 @@ def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}", unit: str 
 
 
 def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect: str, fmt: str = "{:+.3f}",
-                 why: str = "", unit: str = "seeds", results_dir: str | Path | None = None) -> dict:
+                 why: str | dict = "", unit: str = "seeds", results_dir: str | Path | None = None) -> dict:
     """Judge `claim` by the book's one rule (`claim_verdict`) and record it (design.md, "Claims").
 
     The stored record carries the profile, the seeds, the mean effect, its 95% bootstrap interval and the
     band, written out ("band") and as numbers (low and high, None where open, and null, the value of no
     effect), so that its verdict can be judged again from the file alone (`rejudge`). Returns
     `claim_verdict`'s dict. With replicates other than seeds (`unit`), "seeds" counts them and "unit" names them.
+
+    why: the reason shown beside the verdict; or a dict {verdict: reason} when the reason depends on how the
+    claim comes out (a reason written for a failure must not stand beside "reproduced"). The dict must
+    have a reason for the verdict the rule gives.
     """
+    if isinstance(why, dict):
+        unknown = sorted(set(why) - set(RULE_VERDICTS))
+        if unknown:
+            raise ValueError(f"why's keys must be verdicts {RULE_VERDICTS}; got {unknown}")
+    elif not isinstance(why, str):
+        raise TypeError(f"why must be a str or a dict {{verdict: reason}}; got {type(why).__name__}")
     out = claim_verdict(values, band, effect=effect, fmt=fmt, unit=unit)
+    if isinstance(why, dict):
+        if out["verdict"] not in why:
+            raise ValueError(f"why has no reason for the verdict {out['verdict']!r} of claim {claim!r} "
+                             f"({out['measured']}); it has {sorted(why)}")
+        why = why[out["verdict"]]
     save_claim(chapter, profile, claim, out["measured"], out["verdict"], why, results_dir,
                band=out["band"], low=band.low, high=band.high, null=band.null, mean=out["mean"],
                interval=out["interval"], seeds=out["seeds"], **({} if unit == "seeds" else {"unit": unit}))

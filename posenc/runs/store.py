@@ -34,6 +34,18 @@ def results_root() -> Path:
     return Path.cwd() / "results"
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, then restoring it at once: done once, at import, before any
+    thread of ours writes)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: Files the store writes get the mode a plain open() would give them.
+FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write(path: Path, data: bytes | str) -> Path:
     """Write `data` to `path` through a temporary file in the same folder and a rename.
 
@@ -53,6 +65,7 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)                     # mkstemp's 0600 would make the store private to one user
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

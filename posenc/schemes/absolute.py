@@ -112,8 +112,9 @@ class _TableScheme(Scheme):
         pos, high = integer_positions(ctx.positions, minmax=minmax), (minmax or (0, -1))[1]
         if high >= self.max_len:
             if self.overflow == "error":
-                raise ValueError(f"sequence needs position {int(high)} (length {int(high) + 1}, a [CLS] token "
-                                 f"included) but the learned table has {self.max_len} rows; build with a larger "
+                cls = ", a [CLS] token at position 0 included" if ctx.has_cls else ""
+                raise ValueError(f"positions reach {int(high)}{cls}, but the learned table has {self.max_len} rows "
+                                 f"(positions 0 to {self.max_len - 1}); build with a larger "
                                  f"max_len, extend it (posenc.absolute.extend_learned_table) or pass overflow='clamp'")
             pos = pos.clamp(max=self.max_len - 1)
         return self.table[pos]                                                       # (T, D)

@@ -17,8 +17,7 @@ import torch
 from torch import Tensor
 
 from ..scheme import register
-from ..scheme import PositionContext, Scheme, cacheable
-from .rotary import _check_positions
+from ..scheme import PositionContext, Scheme, cacheable, check_positions
 
 def alibi_slopes(num_heads: int) -> Tensor:
     """The head slopes m_h of ALiBi: a geometric sequence starting at 2^(-8/n) with ratio 2^(-8/n).
@@ -47,7 +46,7 @@ def alibi_bias(positions: Tensor, slopes: Tensor) -> Tensor:
     In a causal model only j <= i is ever used, where this equals m_h (j - i), the
     paper's form; the symmetric |j - i| extends it to bidirectional attention.
     """
-    _check_positions(positions)                                    # 1-D, numbers, not rounded by half precision
+    check_positions(positions, finite="on cpu")                   # 1-D, numbers, finite, not half precision
     if not isinstance(slopes, Tensor) or slopes.dim() != 1:
         raise ValueError(f"slopes must be a 1-D float tensor [heads] (e.g. alibi_slopes(heads)); got "
                          f"{getattr(slopes, 'shape', type(slopes).__name__)}")
@@ -67,14 +66,15 @@ class ALiBi(Scheme):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.register_buffer("slopes", alibi_slopes(self.n_heads).float(), persistent=False)
-        self._last: tuple | None = None       # (n, device, bias) of the last run of consecutive positions
+        self._last: tuple | None = None       # (key, bias) of the last run of consecutive positions
 
     def clear_cache(self) -> None:
         self._last = None
 
     def score_mod(self, ctx: PositionContext):
         """-m_h |p_j - p_i| from the positions and the slopes (FlexAttention; no [H, T, T] bias)."""
-        pos, slopes = ctx.positions.to(torch.float32), self.slopes
+        pos, slopes = ctx.positions, self.slopes
+        pos = (pos - pos.min()).to(torch.float32)       # offsets from the first: exact below 2^24 at any start
 
         def alibi(score, b, h, q_idx, kv_idx):
             return score - slopes[h] * (pos[kv_idx] - pos[q_idx]).abs()
@@ -85,9 +85,10 @@ class ALiBi(Scheme):
         depends on T only and the last one is reused, as long as it was built with autograd on."""
         pos, n = ctx.positions, ctx.seq_len
         consecutive = ctx.consecutive_start() is not None
-        if consecutive and self._last is not None and self._last[:2] == (n, pos.device):
-            return self._last[2]
+        key = (n, pos.device, self.slopes.data_ptr(), self.slopes._version)     # slopes edited in place: rebuilt
+        if consecutive and self._last is not None and self._last[0] == key:
+            return self._last[1]
         bias = alibi_bias(pos, self.slopes)
         if consecutive and cacheable(bias):
-            self._last = (n, pos.device, bias)
+            self._last = (key, bias)
         return bias

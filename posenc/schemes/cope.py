@@ -47,6 +47,8 @@ Choices:
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -66,8 +68,14 @@ def cope_gates(q: Tensor, k: Tensor, scale: float) -> Tensor:
     q [..., Q, d], k [..., K, d] -> [..., Q, K] in at least float32; queries are the last Q keys
     (right-aligned, as `posenc.attention.causal_mask`).
     """
+    if not (isinstance(q, Tensor) and isinstance(k, Tensor)):
+        raise TypeError(f"q and k must be tensors; got {_describe(q)} and {_describe(k)}")
     if q.dim() < 2 or k.dim() < 2 or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must be [..., seq, d] with the same d; got {tuple(q.shape)} and {tuple(k.shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, Tensor)):
+        raise TypeError(f"scale must be a number (1/sqrt(d) in CoPE); got {scale!r}")
+    if not isinstance(scale, Tensor) and not math.isfinite(scale):
+        raise ValueError(f"scale must be finite; got {scale!r}")
     q_len, k_len = q.shape[-2], k.shape[-2]
     if q_len > k_len:
         raise ValueError(f"q must not have more positions than k; got {q_len} queries and {k_len} keys")
@@ -77,7 +85,12 @@ def cope_gates(q: Tensor, k: Tensor, scale: float) -> Tensor:
 
 
 def contextual_positions(gates: Tensor) -> Tensor:
-    """p_ij = sum_{t >= j} g_it (eq. 4 when gates after the query are 0): the flipped cumsum over keys."""
+    """p_ij = sum_{t >= j} g_it (eq. 4 when gates after the query are 0): the flipped cumsum over keys.
+
+    gates [..., Q, K] (`cope_gates`) -> [..., Q, K]."""
+    if not isinstance(gates, Tensor) or gates.dim() < 2 or not gates.is_floating_point():
+        raise ValueError(f"gates must be a float tensor [..., Q, K] (cope_gates' output); got {_describe(gates)}"
+                         + (f" of {gates.dtype}" if isinstance(gates, Tensor) else ""))
     return gates.flip(-1).cumsum(-1).flip(-1)                                  # (.., Q, K)
 
 

@@ -232,7 +232,13 @@ class Floater(Scheme):
         if not isinstance(num_positions, int) or num_positions < 1:
             raise ValueError(f"num_positions must be a positive int; got {num_positions!r}")
         self.cached = self.solve(torch.arange(num_positions, device=self.p0.device), torch.arange(num_positions))
+        self._cached_for = self._parameters_stamp()
         return self.cached
+
+    def _parameters_stamp(self) -> tuple:
+        """Which parameter values the cache was solved from: every parameter's storage and in-place version
+        (`load_state_dict`, an optimizer step or any in-place edit bumps it)."""
+        return tuple((p.data_ptr(), p._version) for p in self.parameters())
 
     def train(self, mode: bool = True):
         if mode:  # parameters are about to change: a cached table would go stale
@@ -242,7 +248,8 @@ class Floater(Scheme):
     def prepare(self, ctx: PositionContext) -> dict:
         pos, minmax = ctx.positions, ctx.minmax()
         hit = (not self.training and not pos.is_floating_point() and minmax is not None
-               and 0 <= minmax[0] and minmax[1] < self.cached.shape[1])
+               and 0 <= minmax[0] and minmax[1] < self.cached.shape[1]
+               and getattr(self, "_cached_for", None) == self._parameters_stamp())   # not stale
         return {"floater": self.cached[:, pos] if hit else self.solve(pos, ctx.positions_on_host())}  # (N, T, D)
 
     def layer_input(self, x: Tensor, ctx: PositionContext, layer: int) -> Tensor:

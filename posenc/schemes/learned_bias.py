@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..scheme import register
-from ..scheme import PositionContext, Scheme
+from ..scheme import PositionContext, Scheme, check_positions
 
 KERNELS = ("log", "power")
 _EPS = 1e-2  # the paper's code: parameters kept this far from the ends of their range at init
@@ -62,15 +62,9 @@ _EPS = 1e-2  # the paper's code: parameters kept this far from the ends of their
 
 # -- functional core ------------------------------------------------------------------
 def _check_positions(positions) -> Tensor:
-    """The public functions' `positions`: a 1-D real tensor of finite values (int8 or uint8 would wrap
-    when differenced, so integers are widened to int64 by `_distance`)."""
-    if not isinstance(positions, Tensor) or positions.dim() != 1:
-        raise ValueError(f"positions must be a 1-D tensor; got {_describe(positions)}")
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise ValueError(f"positions must be real numbers; got {_describe(positions)}")
-    if positions.is_floating_point() and not bool(torch.isfinite(positions).all()):
-        raise ValueError("positions must be finite; got NaN or inf")
-    return positions
+    """The public functions' `positions` (`check_positions`; int8 or uint8 would wrap when differenced, so
+    integers are widened to int64 by `_distance`)."""
+    return check_positions(positions)
 
 
 def _distance(positions: Tensor) -> Tensor:

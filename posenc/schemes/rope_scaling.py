@@ -138,7 +138,8 @@ def _check_params(params: dict, rot: int) -> None:
 
 
 def _need(max_position_embeddings, rope_type):
-    if not isinstance(max_position_embeddings, int) or max_position_embeddings < 1:
+    if (isinstance(max_position_embeddings, bool) or not isinstance(max_position_embeddings, int)
+            or max_position_embeddings < 1):                                    # True would read as L = 1
         raise ValueError(f"rope_type={rope_type!r} needs max_position_embeddings (a positive int); "
                          f"got {max_position_embeddings!r}")
     return max_position_embeddings

@@ -69,7 +69,7 @@ from torch import Tensor
 from ..host import to_device
 from ..compiled import CompiledOrEager
 from ..scheme import register
-from ..scheme import PositionContext, Scheme, cacheable
+from ..scheme import PositionContext, Scheme, cacheable, check_positions
 from .rope_scaling import ROPE_TYPES, rope_inv_freq
 
 LAYOUTS = ("interleaved", "half")
@@ -352,22 +352,14 @@ def _is_int(value) -> bool:
 
 
 def _check_positions(positions) -> Tensor:
-    if not isinstance(positions, Tensor) or positions.dim() != 1:
-        got = getattr(positions, "shape", type(positions).__name__)
-        raise ValueError(f"positions must be a 1-D tensor [seq]; got {got}")
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}")
-    if positions.dtype in (torch.float16, torch.bfloat16):          # bf16 holds the integers only up to 256
-        raise TypeError(f"positions must be an integer, float32 or float64 tensor; got {positions.dtype}, which "
-                        f"rounds positions (bfloat16 above 256, float16 above 2048): pass them before the cast")
-    return positions
+    """`check_positions` without reading the values (`_check_finite` reads them where that is free)."""
+    return check_positions(positions, finite="never")
 
 
 def _check_finite(positions: Tensor) -> None:
     """ValueError for NaN or infinite float positions, read only where reading is free (on the CPU): the public
     functions call it; the schemes' training steps, whose positions the model has checked, do not."""
-    if positions.is_floating_point() and positions.device.type == "cpu" and not bool(torch.isfinite(positions).all()):
-        raise ValueError("positions must be finite; got NaN or inf")
+    check_positions(positions, finite="on cpu")
 
 
 # -- the scheme -----------------------------------------------------------------------
@@ -448,6 +440,9 @@ class RoPE(Scheme):
                     raise ValueError(f"scaling={scaling!r}: {computed} is not a parameter here (the length is "
                                      f"read from the positions, the rotated dims from rotary_fraction); "
                                      f"give original_max_position_embeddings, the training context")
+            if scaling == "dynamic" and "original_max_position_embeddings" not in params:
+                raise ValueError("scaling='dynamic' needs original_max_position_embeddings, the training context "
+                                 "(a positive int): the base grows only beyond it")
         previous = (getattr(self, "scaling", None), getattr(self, "factor", 1.0), getattr(self, "scaling_params", {}))
         self.scaling, self.factor, self.scaling_params = scaling, float(factor), dict(params)
         if scaling in ROPE_TYPES:
@@ -509,9 +504,14 @@ class RoPE(Scheme):
         theta, a = self.frequencies(n)
         return frequency_table(positions, theta, attention_factor=a)
 
+    def table_settings(self) -> tuple:
+        """Every setting `table` reads besides the positions: the cache key's, so that a table built before
+        one of them changed (`scheme.base = ...` for a sweep, say) is not served after."""
+        return (self.base, self.p, self.rot_dim, self.scaling, self.factor, repr(sorted(self.scaling_params.items())))
+
     def prepare(self, ctx: PositionContext) -> dict:
         pos, n = ctx.positions, ctx.seq_len
-        key, default = (n, pos.device), ctx.consecutive_start() == 0        # positions 0..n-1: cached
+        key, default = (n, pos.device, self.table_settings()), ctx.consecutive_start() == 0   # 0..n-1: cached
         if default and key in self._cache:
             return {"rope": self._cache[key]}
         tables = self.table(pos, (ctx.minmax() or (None, None))[1])

@@ -151,6 +151,7 @@ def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, l
         raise ValueError(f"positions must have length seq={q.shape[-2]} (q.shape[-2]); got {positions.shape[0]}")
     r = rotated_dims(q.shape[-1], rotary_fraction)
     _check_scale_base(scale_base)
+    _check_gamma_hat(gamma_hat)
     if centre is not None:
         _checked_centre(centre)
     if positions.numel() and positions.device.type == "cpu":       # read where reading is free (no device wait)
@@ -210,6 +211,9 @@ class XPos(RoPE):
             low, high = (v / self.factor for v in extent) if self.scaling == "pi" else extent
             check_xpos_span(low, high, self.scale_base, self.gamma_hat)
         return super().prepare(ctx)
+
+    def table_settings(self) -> tuple:
+        return super().table_settings() + (self.scale_base, self.gamma_hat)
 
     def table(self, positions: Tensor, highest: float | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(q cos, q sin, k cos, k sin) [seq, r/2]: RoPE's tables times zeta^((m-c)/gamma) and divided by it."""
