@@ -11,7 +11,7 @@ def test_a_chapter_is_numbered_by_its_file_name():
     number = chapter_numbers.chapter_number
     assert number("notebooks/13_vit") == "13" and number("notebooks/07b_relative_comparison") == "7b"
     assert number("notebooks/00_attention_without_position") == "0"
-    assert number("notebooks/findings") is None and number("book/intro") is None
+    assert number("notebooks/findings") == "S" and number("book/intro") is None   # the summary: "Fig. S.1"
     assert number("book/2024_notes/intro") is None          # a number in a folder's name is not the page's
 
 
@@ -23,5 +23,5 @@ def test_each_page_counts_from_one_in_the_book_wide_order_per_type():
     assert got["notebooks/13_vit"] == {"figure": {"fig-a": ("13", 1), "fig-b": ("13", 2)},
                                        "displaymath": {"eq-x": ("13", 1)}}
     assert got["notebooks/14_alibi"] == {"figure": {"g": ("14", 1)}, "table": {"t": ("14", 1)}}
-    assert got["notebooks/findings"] == {"figure": {"f": (1,)}}
+    assert got["notebooks/findings"] == {"figure": {"f": ("S", 1)}}
 

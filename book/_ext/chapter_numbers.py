@@ -12,10 +12,15 @@ import re
 
 #: A chapter's file name: its number, an optional letter, then "_".
 CHAPTER = re.compile(r"(?:^|/)(\d+)([a-z]?)_[^/]*$")
+#: Pages numbered by a letter instead: the summary.
+LETTERED = {"notebooks/findings": "S"}
 
 
 def chapter_number(docname: str) -> str | None:
-    """"13" for notebooks/13_vit, "7b" for notebooks/07b_relative_comparison, "0" for 00_...; None otherwise."""
+    """"13" for notebooks/13_vit, "7b" for notebooks/07b_relative_comparison, "0" for 00_..., "S" for the
+    findings; None otherwise."""
+    if docname in LETTERED:
+        return LETTERED[docname]
     m = CHAPTER.search(docname)
     return None if m is None else f"{int(m.group(1))}{m.group(2)}"
 
