@@ -58,6 +58,9 @@ def length_curves(rows: Table, panels=LENGTH_PANELS, *, title: str | None = None
     if missing:
         raise ValueError(f"panels name tasks with no rows: {missing}; rows have {sorted({r['task'] for r in rows})}")
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    if isinstance(start_hidden, str):
+        raise TypeError(f"start_hidden must be a collection of scheme names, not one str; got {start_hidden!r}")
+    start_hidden = tuple(start_hidden)                   # a generator would be used up by the check below
     unknown = sorted(set(start_hidden) - set(schemes))
     if unknown:
         raise ValueError(f"start_hidden names schemes with no rows: {unknown}")

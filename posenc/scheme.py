@@ -70,6 +70,12 @@ def check_positions(positions, seq_len: int | None = None, *, finite: str = "alw
     return positions
 
 
+def version(t: Tensor) -> int | None:
+    """The tensor's in-place version counter (bumped by every in-place write: an optimizer step,
+    `load_state_dict`, `mul_`), or None for an inference tensor, which keeps none."""
+    return None if t.is_inference() else t._version
+
+
 def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:
     """(p_0 if positions are the integers p_0, p_0 + 1, ... else None, (min, max) or None if empty),
     read in one transfer from wherever `positions` [seq] live."""

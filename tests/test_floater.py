@@ -71,6 +71,24 @@ def test_the_cache_is_never_served_for_other_weights():
     assert not torch.allclose(model(tokens), before)
 
 
+def test_the_cache_moves_with_the_model_and_works_in_inference_mode(monkeypatch):
+    """The table is a buffer: `.double()` (or `.to()`) converts it with the parameters, and the forward after
+    still indexes it instead of solving again. Tensors made under inference_mode keep no version counter;
+    the cache works there too."""
+    model = small_model("floater")
+    model.scheme.cache(64)
+    solves = []
+    real = model.scheme.solve
+    monkeypatch.setattr(model.scheme, "solve", lambda *a, **k: solves.append(1) or real(*a, **k))
+    model.double()
+    model(torch.randint(0, 23, (2, 20)))
+    assert solves == [] and model.scheme.cached.dtype == torch.float64
+    with torch.inference_mode():
+        fresh = small_model("floater")
+        fresh.scheme.cache(64)
+        assert fresh(torch.randint(0, 23, (2, 20))).shape == (2, 20, 23)
+
+
 def test_adjoint_gradients_match_direct_backprop():
     torch.manual_seed(0)
     s = Floater(d_model=8, n_heads=2, n_layers=2, max_len=16, causal=True, method="dopri5")

@@ -46,6 +46,10 @@ def test_schemes_can_start_in_the_legend_only_on_every_panel():
     assert list(buttons[1].args[0]["visible"]) == [False, False, True, "legendonly"]
     with pytest.raises(ValueError, match=r"start_hidden names schemes with no rows: \['xpos'\]"):
         length_curves(rows(), start_hidden=("xpos",))
+    with pytest.raises(TypeError, match="not one str"):
+        length_curves(rows(), start_hidden="alibi")
+    hidden = length_curves(rows(), start_hidden=(s for s in ["alibi"]))        # a generator is read once, fully
+    assert [t.visible for t in hidden.data] == [True, "legendonly", False, False]
 
 
 def test_bad_input_is_refused_by_name():

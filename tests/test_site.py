@@ -381,18 +381,20 @@ def test_figures_and_equations_are_numbered_per_chapter(site):
     chapter's captions and equation numbers start at <chapter>.1, and a reference to a figure reads its number."""
     for page, chapter in (("13_vit", "13"), ("00_attention_without_position", "0"), ("11_rope", "11")):
         html = (site / "notebooks" / f"{page}.html").read_text()
-        captions = re.findall(r'class="caption-number">Fig\. ([0-9a-z.]+) ', html)
+        captions = re.findall(r'class="caption-number">Fig\. ([0-9a-zA-Z.]+) ', html)
         assert captions and captions[0] == f"{chapter}.1", (page, captions[:3])
         assert all(c.startswith(f"{chapter}.") for c in captions), (page, captions)
     rope = (site / "notebooks" / "11_rope.html").read_text()
-    assert re.findall(r'class="eqno">\(([0-9a-z.]+)\)', rope)[:2] == ["11.1", "11.2"]
+    assert re.findall(r'class="eqno">\(([0-9a-zA-Z.]+)\)', rope)[:2] == ["11.1", "11.2"]
+    findings = (site / "notebooks" / "findings.html").read_text()           # the summary: S, not a second "1"
+    assert re.findall(r'class="caption-number">Fig\. ([0-9a-zA-Z.]+) ', findings) == ["S.1"]
     links = 0
     for page in (site / "notebooks").glob("*.html"):
         for href, number in re.findall(r'<a class="reference internal" href="([^"]*)"><span class="std std-numref">'
-                                       r'Fig\. ([0-9a-z.]+)</span>', page.read_text()):
+                                       r'Fig\. ([0-9a-zA-Z.]+)</span>', page.read_text()):
             target, _, anchor = href.partition("#")
             html = (page.parent / target).read_text() if target else page.read_text()
-            caption = re.search(rf'<figure[^>]*id="{re.escape(anchor)}".*?class="caption-number">Fig\. ([0-9a-z.]+) ',
+            caption = re.search(rf'<figure[^>]*id="{re.escape(anchor)}".*?class="caption-number">Fig\. ([0-9a-zA-Z.]+) ',
                                 html, re.S)
             assert caption and caption.group(1) == number, (page.name, href, number)
             links += 1
@@ -400,7 +402,7 @@ def test_figures_and_equations_are_numbered_per_chapter(site):
     equations = 0                                     # and every equation reference reads its target's number
     for page in (site / "notebooks").glob("*.html"):
         for target, anchor, number in re.findall(r'<a class="reference internal" href="([^"#]*)#(equation-[^"]+)">'
-                                                 r'\(([0-9a-z.]+)\)</a>', page.read_text()):
+                                                 r'\(([0-9a-zA-Z.]+)\)</a>', page.read_text()):
             html = (page.parent / target).read_text() if target else page.read_text()
             assert f'<span class="eqno">({number})<a class="headerlink" href="#{anchor}"' in html, (page.name, anchor, number)
             equations += 1

@@ -65,7 +65,10 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, FILE_MODE)                     # mkstemp's 0600 would make the store private to one user
+        try:
+            os.chmod(tmp, FILE_MODE)                 # mkstemp's 0600 would make the store private to one user
+        except OSError:                              # a mount that refuses chmod: the file is still written
+            pass
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
