@@ -70,10 +70,14 @@ def check_positions(positions, seq_len: int | None = None, *, finite: str = "alw
     return positions
 
 
-def version(t: Tensor) -> int | None:
-    """The tensor's in-place version counter (bumped by every in-place write: an optimizer step,
-    `load_state_dict`, `mul_`), or None for an inference tensor, which keeps none."""
-    return None if t.is_inference() else t._version
+def stamp(t: Tensor) -> tuple | None:
+    """What identifies `t`'s current values in a cache key: its storage and its in-place version counter
+    (bumped by every in-place write: an optimizer step, `load_state_dict`, `mul_`; None for an inference
+    tensor, which keeps none). None for a `torch.func` wrapper (vmap), which has no storage of its own:
+    nothing is cached for it."""
+    if torch._C._functorch.is_functorch_wrapped_tensor(t):
+        return None
+    return t.data_ptr(), None if t.is_inference() else t._version
 
 
 def summarise_positions(positions: Tensor) -> tuple[int | None, tuple | None]:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..scheme import register
-from ..scheme import PositionContext, Scheme, cacheable, check_positions, version
+from ..scheme import PositionContext, Scheme, cacheable, check_positions, stamp
 
 def alibi_slopes(num_heads: int) -> Tensor:
     """The head slopes m_h of ALiBi: a geometric sequence starting at 2^(-8/n) with ratio 2^(-8/n).
@@ -85,7 +85,7 @@ class ALiBi(Scheme):
         depends on T only and the last one is reused, as long as it was built with autograd on."""
         pos, n = ctx.positions, ctx.seq_len
         consecutive = ctx.consecutive_start() is not None
-        key = (n, pos.device, self.slopes.data_ptr(), version(self.slopes))    # slopes edited in place: rebuilt
+        key = (n, pos.device, stamp(self.slopes))         # slopes edited in place: rebuilt; under vmap: never kept
         if consecutive and self._last is not None and self._last[0] == key:
             return self._last[1]
         bias = alibi_bias(pos, self.slopes)

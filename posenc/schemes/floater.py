@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from .absolute import TOKEN_INIT_STD, sinusoidal_angles
 from ..host import to_device
 from ..scheme import register
-from ..scheme import PositionContext, Scheme, version
+from ..scheme import PositionContext, Scheme, stamp
 
 
 def odeint(*args, **kwargs):
@@ -238,7 +238,7 @@ class Floater(Scheme):
     def _parameters_stamp(self) -> tuple:
         """Which parameter values the cache was solved from: every parameter's storage and in-place version
         (`load_state_dict`, an optimizer step or any in-place edit bumps it)."""
-        return tuple((p.data_ptr(), version(p)) for p in self.parameters())
+        return tuple(stamp(p) for p in self.parameters())
 
     def _apply(self, fn, *args, **kwargs):
         """`.to()`, `.double()`, `.cuda()`: the cached table is a buffer and moves with the parameters, so a
