@@ -61,12 +61,6 @@ _EPS = 1e-2  # the paper's code: parameters kept this far from the ends of their
 
 
 # -- functional core ------------------------------------------------------------------
-def _check_positions(positions) -> Tensor:
-    """The public functions' `positions` (`check_positions`; int8 or uint8 would wrap when differenced, so
-    integers are widened to int64 by `_distance`)."""
-    return check_positions(positions)
-
-
 def _distance(positions: Tensor) -> Tensor:
     """|j - i| as float32 [T, T], differenced in float64 for float positions (exact below 2^24) and in
     int64 for integer ones (a narrow dtype would wrap: uint8 200 - 0 - 200 is 56)."""
@@ -97,7 +91,7 @@ def kerple_bias(positions: Tensor, r1: Tensor, r2: Tensor, kernel: str = "log") 
     Returns float32 whatever r1's dtype: attention adds it to q k^T in q's dtype (`posenc.attention`).
     """
     _check_kernel(kernel)
-    _check_positions(positions)
+    check_positions(positions)                  # int8 or uint8 would wrap when differenced: see _distance
     r1, r2 = (torch.as_tensor(r, dtype=torch.float32, device=positions.device) for r in (r1, r2))
     if r1.dim() != 1 or r1.shape != r2.shape:
         raise ValueError(f"r1 and r2 must be 1-D tensors [heads] of one shape; "
@@ -130,7 +124,7 @@ def fire_bias(positions: Tensor, mlp, c, threshold) -> Tensor:
     For j <= i this is the paper's f(psi(i - j) / psi(max(tau, i))). Returns the MLP's output dtype (float32
     for a float32 MLP, bf16 for one cast to bf16).
     """
-    _check_positions(positions)
+    check_positions(positions)                  # int8 or uint8 would wrap when differenced: see _distance
     if not callable(mlp):
         raise TypeError(f"mlp must be callable ([..., 1] -> [..., heads]); got {type(mlp).__name__}")
     c, threshold = (torch.as_tensor(v, dtype=torch.float32, device=positions.device) for v in (c, threshold))
