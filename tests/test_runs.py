@@ -558,6 +558,7 @@ def test_a_chapter_states_its_profile_and_what_is_missing_in_its_key_result(tmp_
     assert one.status() == "Numbers from the GPU `full` profile: 1 run on CPU, seed 0."   # nothing larger to make
     text = runs.key_result("RoPE wins.", "  ALiBi holds.  ")
     assert text.startswith("RoPE wins. ALiBi holds.\n\n*Numbers from") and text.endswith("*")
+    assert text._repr_markdown_() == str(text)          # a notebook (Colab, with no page box) shows it formatted
     with pytest.raises(ValueError, match="sentences"):
         runs.key_result()
     with pytest.raises(ValueError, match="sentences"):

@@ -211,7 +211,8 @@ class Runs:
         the paper-tier records that sentences of a chapter whose own runs are `ci` also quote, so the
         note under the box does not give the `ci` runs as the source of every number. A chapter calls
         it once its verdicts are computed; the box at the top of the page shows the glued text
-        (myst-nb's `glue:md`). Outside a notebook build it just returns the text.
+        (myst-nb's `glue:md`). Returns the text as a `KeyResult`, which a notebook (Colab's included) shows
+        formatted.
         """
         if not sentences or not all(isinstance(s, str) and s.strip() for s in sentences):
             raise ValueError("sentences must be one or more non-empty strings")
@@ -219,13 +220,21 @@ class Runs:
             raise TypeError("paper must be a tuple of non-empty strings (one per paper-tier source)")
         note = self.status() + (f" The sentences on the paper tier read the CPU `paper` profile: "
                                 f"{'; '.join(paper)}." if paper else "")
-        text = " ".join(s.strip() for s in sentences) + "\n\n*" + note + "*"
+        text = KeyResult(" ".join(s.strip() for s in sentences) + "\n\n*" + note + "*")
         try:
             from IPython.display import Markdown
         except ImportError:
             return text
         glue(name, Markdown(text))
         return text
+
+
+class KeyResult(str):
+    """A key result's Markdown: a str that a notebook shows formatted, as the box at the top of the book's
+    page does (on Colab, where there is no page, the cell that computes it is where a reader sees it)."""
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
 
 
 def chapter(name: str, profile: str = "auto", *, workers: int | None = None, progress: bool = False,
