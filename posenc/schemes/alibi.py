@@ -73,8 +73,8 @@ class ALiBi(Scheme):
 
     def score_mod(self, ctx: PositionContext):
         """-m_h |p_j - p_i| from the positions and the slopes (FlexAttention; no [H, T, T] bias)."""
-        pos, slopes = ctx.positions, self.slopes
-        pos = (pos - pos.min()).to(torch.float32)       # offsets from the first: exact below 2^24 at any start
+        low = (ctx.minmax() or (0, 0))[0]                 # on the host (the model's extent): no device reduction
+        pos, slopes = (ctx.positions - low).to(torch.float32), self.slopes   # offsets: exact below 2^24 at any start
 
         def alibi(score, b, h, q_idx, kv_idx):
             return score - slopes[h] * (pos[kv_idx] - pos[q_idx]).abs()
