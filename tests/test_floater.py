@@ -109,6 +109,27 @@ def test_floater_extrapolates_without_error_but_rejects_negative_positions():
         model(torch.randint(0, 23, (1, 5)), torch.arange(5) - 3)
 
 
+def test_positions_past_max_position_are_refused_before_the_solve(monkeypatch):
+    """The solve runs from t = 0 whatever the offset, so far positions are refused by name, not solved for
+    minutes; up to the limit (and with None) they are solved."""
+    model = small_model("floater", max_position=50)
+    tokens = torch.randint(0, 23, (1, 5))
+    assert model(tokens, torch.arange(46, 51)).shape == (1, 5, 23)           # up to max_position itself
+    import posenc.schemes.floater as floater
+    monkeypatch.setattr(floater, "solve_positions", lambda *a, **k: pytest.fail("solved past the limit"))
+    for positions in (torch.arange(47, 52), torch.tensor([0.0, 50.5, 3.0])):
+        with pytest.raises(ValueError, match="max_position=50"):
+            model(tokens[:, :len(positions)], positions)
+    with pytest.raises(ValueError, match="max_position=50"):
+        model.scheme.solve(torch.arange(60))
+    monkeypatch.undo()
+    model.scheme.max_position = None
+    assert model(tokens, torch.arange(60, 65)).shape == (1, 5, 23)
+    for bad in (0, -3, 2.5, True, "65536"):
+        with pytest.raises(ValueError, match="max_position"):
+            small_model("floater", max_position=bad)
+
+
 def test_bad_delta_is_rejected():
     with pytest.raises(ValueError, match="delta"):
         small_model("floater", delta=0.0)

@@ -183,12 +183,17 @@ class Floater(Scheme):
             steps of a [n_layers, d] state, hundreds of tiny kernels per training step: on an H200 shared by
             ten workers that cost about 0.55 s a step at T = 128, on one CPU core about 0.1 s. In float32
             (autocast does not reach the CPU). Not with `adjoint`.
+        max_position: the largest position a forward may ask for, or None for no limit. The ODE is
+            integrated from t = 0, so positions up to P cost about P sequential solver steps (RK4: one per
+            position, about 0.3 ms each on a CPU core at d = 128): an offset of a million is five minutes a forward.
+            Beyond it a forward raises a ValueError instead of starting that solve.
     """
 
     graph_safe = False      # solve_on="host" copies the solution over every step; the solve's cache is replaced
 
     def __init__(self, *, delta: float = 0.1, hidden: int | None = None, method: str = "rk4",
-                 adjoint: bool = False, dynamics: nn.Module | None = None, solve_on: str = "device", **kw):
+                 adjoint: bool = False, dynamics: nn.Module | None = None, solve_on: str = "device",
+                 max_position: int | None = 65536, **kw):
         super().__init__(**kw)
         if solve_on not in ("device", "host"):
             raise ValueError(f"solve_on must be 'device' or 'host'; got {solve_on!r}")
@@ -203,13 +208,19 @@ class Floater(Scheme):
             raise ValueError(f"hidden must be a positive int or None (d_model); got {hidden!r}")
         if method not in SOLVERS:
             raise ValueError(f"method must be one of torchdiffeq's solvers {SOLVERS}; got {method!r}")
-        self.delta, self.method, self.adjoint = delta, method, adjoint
+        if max_position is not None and (isinstance(max_position, bool) or not isinstance(max_position, int)
+                                         or max_position < 1):
+            raise ValueError(f"max_position must be a positive int or None (no limit); got {max_position!r}")
+        self.delta, self.method, self.adjoint, self.max_position = delta, method, adjoint, max_position
         self.dynamics = dynamics if dynamics is not None else MLPDynamics(self.d_model, hidden or self.d_model)
         self.p0 = nn.Parameter(torch.randn(self.n_layers, self.d_model) * TOKEN_INIT_STD)  # (N, D)
         self.register_buffer("cached", torch.empty(self.n_layers, 0, self.d_model), persistent=False)
 
     def solve(self, positions: Tensor, host_positions: Tensor | None = None) -> Tensor:
         """p^(n)(delta * positions) for every block: [n_layers, seq, d_model] (`host_positions`: their CPU copy)."""
+        host = positions if positions.device.type == "cpu" else host_positions
+        if host is not None and host.numel():
+            self._check_reach(float(host.max()))
         if self.solve_on == "host" and self.p0.device.type != "cpu":
             return self.solve_on_host(positions if host_positions is None else host_positions).to(
                 self.p0.device, non_blocking=True)
@@ -225,6 +236,15 @@ class Floater(Scheme):
         positions = positions.to("cpu")
         return solve_positions(lambda t, p: functional_call(self.dynamics, state, (t, p)), self.p0.to("cpu"),
                                positions, delta=self.delta, method=self.method, host_positions=positions)
+
+    def _check_reach(self, largest: float) -> None:
+        """ValueError if the solve would integrate past `max_position` (it starts at t = 0 whatever the offset)."""
+        if self.max_position is not None and largest > self.max_position:
+            raise ValueError(
+                f"positions reach {largest:.10g}, beyond FLOATER's max_position={self.max_position}: the ODE "
+                f"is integrated from t = 0, one solver step per position (RK4), {largest:.3g} sequential steps "
+                f"a forward. Pass smaller positions, or build the scheme with a larger max_position (None for "
+                f"no limit).")
 
     @torch.no_grad()
     def cache(self, num_positions: int) -> Tensor:
@@ -256,6 +276,8 @@ class Floater(Scheme):
 
     def prepare(self, ctx: PositionContext) -> dict:
         pos, minmax = ctx.positions, ctx.minmax()
+        if minmax is not None:
+            self._check_reach(minmax[1])
         hit = (not self.training and not pos.is_floating_point() and minmax is not None
                and 0 <= minmax[0] and minmax[1] < self.cached.shape[1]
                and getattr(self, "_cached_for", None) == self._parameters_stamp())   # not stale
