@@ -3,7 +3,8 @@
 #
 #   bash scripts/rehearse_colab.sh 07_t5 15_comparison findings
 #
-# A bare virtual environment (torch, papermill and ipykernel; no posenc) runs each chapter with papermill, its
+# A bare virtual environment (torch, papermill and ipykernel; no posenc) runs each chapter's Colab copy
+# (notebooks/colab/, what the badge opens) with papermill, its
 # install cell pointed at this checkout's last commit (file://) instead of GitHub: the cell clones it, installs it
 # with its `notebooks` extra, and the chapter reads the clone's committed runs. Each chapter's text outputs are then
 # compared with the ones the book stores; a chapter that fails, or whose text differs, is named and the script exits
@@ -23,7 +24,7 @@ python3 -m venv "$WORK/env"
 "$WORK/env/bin/pip" install -q torch==2.13.0 papermill ipykernel ${TRANSFORMERS:+"transformers==$TRANSFORMERS"}
 failed=0
 for name in "$@"; do
-    sed "s#$URL#file://$ROOT#" "$ROOT/notebooks/$name.ipynb" > "$WORK/$name.ipynb"
+    sed "s#$URL#file://$ROOT#" "$ROOT/notebooks/colab/$name.ipynb" > "$WORK/$name.ipynb"
     if ! (cd "$WORK" && env -u PYTHONPATH -u POSENC_CI_STORE "$WORK/env/bin/papermill" "$name.ipynb" "out_$name.ipynb" \
             -k python3 --log-level ERROR > "log_$name.txt" 2>&1); then
         echo "$name: FAILED (the end of $WORK/log_$name.txt:)"; tail -n 15 "$WORK/log_$name.txt"; failed=1; continue

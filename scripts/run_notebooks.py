@@ -22,6 +22,8 @@ every cell ran: a failing cell, Ctrl-C or SIGTERM leaves the stored notebook (an
 outputs) untouched, and the failing cell is named. Every path is checked before any
 notebook runs. A notebook that raises makes the script exit non-zero (the remaining
 notebooks still run). Wall times per notebook are printed as a table at the end.
+When every chapter run succeeded, their Colab copies (notebooks/colab/, plain Markdown, no outputs)
+are written again where they changed (scripts/colab_notebooks.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ import papermill as pm
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+COLAB = NOTEBOOKS / "colab"
+sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def clean(path: Path) -> None:
@@ -82,6 +86,8 @@ def check_paths(paths: list[Path]) -> list[str]:
             problems.append(f"{path}: no such file")
         elif path.suffix != ".ipynb":
             problems.append(f"{path}: not a notebook (.ipynb)")
+        elif path.resolve().parent == COLAB:
+            problems.append(f"{path}: a Colab copy, written by scripts/colab_notebooks.py; run its chapter")
         else:
             try:
                 nbformat.read(path, as_version=4)
@@ -148,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"\n{len(failed)} notebook(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
+    if all(p.parent == NOTEBOOKS for p in paths):         # the book's chapters: their Colab copies follow them
+        import colab_notebooks
+        colab_notebooks.main([])
     return 0
 
 

@@ -6,7 +6,8 @@
 The address lives in one place, `_config.yml`; the Jupyter Book launch and repository buttons
 read it there, and this script copies it into each chapter's Colab badge, each install cell
 (the `git clone` of the repository, whose `results/` holds the runs the chapters read) and the
-README's Colab link and `pip install` line. The badge image is shipped with the book (book/images/).
+README's Colab link and `pip install` line. A badge opens the chapter's Colab copy,
+notebooks/colab/<chapter>.ipynb (scripts/colab_notebooks.py writes them, with the same address). The badge image is shipped with the book (book/images/).
 """
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def repository() -> tuple[str, str, str]:
 
 
 def badge(slug: str, branch: str, notebook: str) -> str:
+    """The chapter's badge: it opens the chapter's plain-Markdown copy (scripts/colab_notebooks.py) on Colab."""
     return (f"[![Open In Colab]({BADGE})](https://colab.research.google.com/github/{slug}/blob/{branch}/"
-            f"notebooks/{notebook})")
+            f"notebooks/colab/{notebook})")
 
 
 BADGE_RE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/github/[^)]*\)")
