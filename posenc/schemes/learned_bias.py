@@ -84,7 +84,7 @@ def _kerple(distance: Tensor, r1: Tensor, r2: Tensor, kernel: str) -> Tensor:
 
 
 def kerple_bias(positions: Tensor, r1: Tensor, r2: Tensor, kernel: str = "log") -> Tensor:
-    """KERPLE's bias [heads, seq, seq] for 1-D `positions`, with r1, r2 [heads] (section 4):
+    """KERPLE's bias [heads, seq, seq] for 1-D `positions`, with r1, r2 [heads] (section 4)::
 
         log:    -r1 log(1 + r2 |i - j|),    power:  -r1 |i - j|^r2   (r1, r2 > 0; r2 <= 2 for power).
 
@@ -117,7 +117,7 @@ def _fire(distance: Tensor, span: Tensor, mlp, c: Tensor, threshold: Tensor) -> 
 
 
 def fire_bias(positions: Tensor, mlp, c, threshold) -> Tensor:
-    """FIRE's bias [heads, seq, seq] (section 3): f(psi(|i - j|) / psi(max(tau, i, j))), psi(x) = log(c x + 1).
+    """FIRE's bias [heads, seq, seq] (section 3): `f(psi(|i - j|) / psi(max(tau, i, j)))`, `psi(x) = log(c x + 1)`.
 
     `mlp` maps [..., 1] -> [..., heads] (e.g. `nn.Sequential(nn.Linear(1, 32), nn.ReLU(),
     nn.Linear(32, heads))`, or a `FireMLP`); c > 0 and threshold tau > 0 are floats or 0-d tensors.
@@ -177,10 +177,10 @@ class FireLayer(nn.Module):
 
 @register("kerple")
 class KERPLE(Scheme):
-    """A CPD kernel of |i - j| on the logits, one (r1, r2) per head and layer.
+    """A CPD kernel of the distance `|i - j|` on the logits, one (r1, r2) per head and layer.
 
     Args:
-        kernel: "log" (-r1 log(1 + r2 |i - j|), the paper's best) or "power" (-r1 |i - j|^r2).
+        kernel: "log" (`-r1 log(1 + r2 |i - j|)`, the paper's best) or "power" (`-r1 |i - j|^r2`).
     """
 
     shift_invariant = True

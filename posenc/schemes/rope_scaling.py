@@ -55,13 +55,20 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
                   **params) -> tuple[Tensor, float]:
     """(inv_freq [rotated dim / 2], attention_factor) of RoPE under the scaling `rope_type`.
 
-    dim: the head dimension; with partial_rotary_factor < 1 only int(dim * factor) dimensions
-    rotate (GPT-NeoX, Phi). max_position_embeddings: the context the model serves (dynamic:
-    the training context L; yarn/longrope: used for a missing `factor`). seq_len: the current
-    length (dynamic, longrope). params: as in transformers' `rope_parameters`. dtype: float32
-    rounds as transformers does (equal to it); float64 gives the angles of long contexts exactly
-    (float32 rounds a frequency theta by up to theta * 2^-24, so the angle at position m is off by
-    up to m * theta * 2^-24: at 32k positions cos is off by about 1e-3 for a 128-dim head).
+    Args:
+        dim: the head dimension.
+        base: theta_i = base^(-2i/dim) before scaling.
+        rope_type: "default", "linear", "dynamic", "yarn", "llama3" or "longrope".
+        max_position_embeddings: the context the model serves (dynamic: the training context L;
+            yarn/longrope: used for a missing `factor`).
+        seq_len: the current length (dynamic, longrope).
+        partial_rotary_factor: only int(dim * partial_rotary_factor) dimensions rotate (GPT-NeoX,
+            Phi).
+        dtype: float32 rounds as transformers does (equal to it); float64 gives the angles of long
+            contexts exactly (float32 rounds a frequency theta by up to theta * 2^-24, so the angle
+            at position m is off by up to m * theta * 2^-24: at 32k positions cos is off by about
+            1e-3 for a 128-dim head).
+        **params: the rope_type's parameters, named as in transformers' `rope_parameters`.
     """
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"rope_type must be one of {ROPE_TYPES}; got {rope_type!r}")

@@ -210,14 +210,16 @@ def rotate_leading(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleav
 
 def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved", *,
                rotary_fraction: float = 1.0, p: float = 1.0, kernel: str = "eager") -> Tensor:
-    """Rotate x [..., seq, dim] by the angles positions[t] * theta_i (contract).
+    """Rotate x [..., seq, dim] by the angles positions[t] * theta_i (contract); x's dtype and shape.
 
-    positions: [seq], long or float (fractional positions are fine, e.g. for interpolation).
-    layout: "interleaved" (RoFormer, Meta's LLaMA) or "half" (GPT-NeoX, transformers' LLaMA).
-    Returns x's dtype and shape.
-    rotary_fraction: rotate only the first round(rotary_fraction * dim) dims (GPT-NeoX, Phi).
-    p: p-RoPE, the fraction of frequency pairs (highest first) that rotate; the others do not.
-    kernel: "eager" or "compiled" (the half layout fused by `torch.compile`; see `rotate`).
+    Args:
+        x: queries or keys [..., seq, dim], dim even.
+        positions: [seq], long or float (fractional positions are fine, e.g. for interpolation).
+        base: theta_i = base^(-2i/dim).
+        layout: "interleaved" (RoFormer, Meta's LLaMA) or "half" (GPT-NeoX, transformers' LLaMA).
+        rotary_fraction: rotate only the first round(rotary_fraction * dim) dims (GPT-NeoX, Phi).
+        p: p-RoPE, the fraction of frequency pairs (highest first) that rotate; the others do not.
+        kernel: "eager" or "compiled" (the half layout fused by `torch.compile`; see `rotate`).
     """
     _check_finite(_check_positions(positions))
     return rotate_at_positions(x, positions, base, layout, rotary_fraction=rotary_fraction, p=p, kernel=kernel)
@@ -367,7 +369,11 @@ def _check_finite(positions: Tensor) -> None:
 class RoPE(Scheme):
     """q_m -> R_m q_m, k_n -> R_n k_n in every layer; attention stays fused SDPA.
 
-    Args (besides the `Scheme` ones):
+    The tables are computed once per forward in `prepare` and cached per sequence
+    length for the default positions 0..n-1; `set_scaling` changes the extension
+    after training (it clears the cache).
+
+    Args:
         base: theta_i = base^(-2i/r), r the rotated dims (d_h by default).
         layout: "interleaved" (RoFormer, Meta's LLaMA) or "half" (GPT-NeoX, transformers' LLaMA).
         scaling: None, "pi" (position interpolation, m -> m / factor), "ntk" (NTK-aware,
@@ -381,9 +387,8 @@ class RoPE(Scheme):
         p: p-RoPE; only the floor(p r/2) highest-frequency pairs rotate, the rest get angle 0.
         nope_layers: 0-based blocks where q, k are not rotated (Llama 4's NoPE layers), or
         nope_every: every k-th block, counting from 1, is such a NoPE block.
-    The tables are computed once per forward in `prepare` and cached per sequence
-    length for the default positions 0..n-1; `set_scaling` changes the extension
-    after training (it clears the cache).
+
+    and those of `Scheme` (d_model, n_heads, n_layers, max_len, causal).
     """
 
     shift_invariant = True

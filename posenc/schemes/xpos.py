@@ -132,11 +132,18 @@ def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, l
                p: float = 1.0, centre: float | None = None) -> tuple[Tensor, Tensor]:
     """(zeta^((m-c)/gamma) R_m q_m, zeta^(-(n-c)/gamma) R_n k_n) for q, k [..., seq, dim] (contract).
 
-    positions [seq] are both the queries' and the keys'; the other arguments as in `apply_rope`.
-    centre: c; None takes the middle of `positions` (`xpos_centre`), which cancels only within this
-    call. Decoding with cached keys needs one c for every call, e.g. centre=0 (fine up to about
-    35,000 positions at scale_base 512 in float32) or the middle of the longest context.
     Returns q's and k's dtypes and shapes.
+
+    Args:
+        q, k: [..., seq, dim].
+        positions: [seq], both the queries' and the keys'.
+        scale_base: gamma; over a distance gamma pair i's score is scaled by zeta_i.
+        gamma_hat: zeta_i = (i/(d/2) + gamma_hat) / (1 + gamma_hat).
+        centre: c; None takes the middle of `positions` (`xpos_centre`), which cancels only within
+            this call. Decoding with cached keys needs one c for every call, e.g. centre=0 (fine up
+            to about 35,000 positions at scale_base 512 in float32) or the middle of the longest
+            context.
+        base, layout, rotary_fraction, p: as in `apply_rope`.
     """
     _check_layout(layout)
     for name, x in (("q", q), ("k", k)):
@@ -186,9 +193,11 @@ def _check_scale_base(scale_base) -> None:
 class XPos(RoPE):
     """RoPE whose query pairs are scaled by zeta^((m-c)/gamma) and key pairs by its inverse; causal only.
 
-    Args (besides RoPE's, which all apply):
+    Args:
         scale_base: gamma; over a distance gamma pair i's score is scaled by zeta_i (512).
         gamma_hat: zeta_i = (i/(d/2) + gamma_hat) / (1 + gamma_hat) (0.4).
+
+    and all of RoPE's.
     """
 
     causal_only = True
