@@ -11,13 +11,15 @@ with the Markdown made plain:
 - citations become author-year links ("Su et al., 2021"), `{doc}` links open the other chapter's copy on
   Colab, `{ref}` becomes the section's title;
 - figures, equations and their references get the book's numbers ("Fig. 11.1", "(11.3)", per chapter,
-  as `book/_ext/chapter_numbers.py` numbers them), each diagram an image from the repository;
+  as `book/_ext/chapter_numbers.py` numbers them; another chapter's equation links its copy), each
+  diagram an image from the repository (through jsDelivr, which serves an SVG as an image);
 - a captioned figure drawn by a code cell gets its caption in a Markdown cell after it;
 - the key-result box and the badge are dropped (the key-result cell prints the key result);
   dropdowns become a bold title and their text.
 
-Code cells are the book's, without outputs: a reader runs them (the install cell clones the repository
-and the chapter reads its committed runs). Markdown that this script cannot make plain (a role or
+Code cells are the book's, without outputs and without papermill's injected-parameters cell (which would
+override the `profile` a reader sets): a reader runs them (the install cell clones the repository and
+the chapter reads its committed runs). Markdown that this script cannot make plain (a role or
 directive it does not know) stops it with the cell named, so a new construct is handled here, not shown
 raw on Colab.
 """
@@ -105,11 +107,13 @@ class Book:
                         heading = re.match(r"#+ (.+)", text[m.end():].lstrip("\n"))
                         self.sections[m["label"]] = (name, heading.group(1).strip() if heading else m["label"])
                     for m in FIGURE_RE.finditer(text):
+                        if not m["caption"].strip():
+                            continue
                         figures += 1
                         self.figures[_options(m["options"]).get("name") or f"{name}#{figures}"] = number(figures)
                     for m in EQUATION_RE.finditer(text):
                         equations += 1
-                        self.equations[m["label"]] = number(equations)
+                        self.equations[m["label"]] = (name, number(equations))
                 elif cell.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("caption"):
                     figures += 1
                     figure = cell["metadata"]["mystnb"]["figure"]
@@ -120,7 +124,9 @@ class Book:
                 f"notebooks/colab/{name}.ipynb")
 
     def raw(self, path: str) -> str:
-        return f"https://raw.githubusercontent.com/{self.slug}/{self.branch}/{path}"
+        """A repository file by address: jsDelivr's mirror of the repository, which serves an SVG as an image
+        (raw.githubusercontent.com serves it as text/plain, which a browser will not draw)."""
+        return f"https://cdn.jsdelivr.net/gh/{self.slug}@{self.branch}/{path}"
 
     # ------------------------------------------------------------------------------- one role
     def role(self, name: str, kind: str, body: str, where: str, before: str = "") -> str:
@@ -141,7 +147,8 @@ class Book:
         if kind == "eq":
             if target not in self.equations:
                 raise ValueError(f"{where}: no equation labelled {target!r}")
-            return f"({self.equations[target]})"
+            chapter, number = self.equations[target]
+            return f"({number})" if chapter == name else f"[({number})]({self.colab(chapter)})"
         if kind == "numref":
             if target not in self.figures:
                 raise ValueError(f"{where}: no figure named {target!r}")
@@ -165,19 +172,25 @@ class Book:
         text = BADGE_RE.sub("", text)
         text = re.sub(r"^:::+\{admonition\} Key result\n.*?^```\n:::+[ \t]*\n?", "", text, flags=re.M | re.S)
         text = LABEL_RE.sub("", text)
-        text = re.sub(r"^(:::+|```+)\{dropdown\}[ \t]*([^\n]*)\n(.*?)\n^\1[ \t]*$", r"**\2**\n\n\3", text,
-                      flags=re.M | re.S)
+        text = re.sub(r"^(:::+|```+)\{dropdown\}[ \t]*([^\n]*)\n(?:[ \t]*:[\w-]+:[^\n]*\n)*(.*?)\n^\1[ \t]*$",
+                      r"**\2**\n\n\3", text, flags=re.M | re.S)
 
         def figure(m):
             options = _options(m["options"])
-            caption = f"**Fig. {self._next_figure(name)}.** {m['caption'].strip()}"
+            caption = (f"**Fig. {self._next_figure(name)}.** {m['caption'].strip()}" if m["caption"].strip()
+                       else "")                           # Sphinx numbers captioned figures only
             if m["kind"] == "glue:figure":
-                return caption + " (the code cell that draws it is below.)"
-            path = (NOTEBOOKS / m["arg"]).resolve().relative_to(ROOT).as_posix()
+                return caption                      # the figure is the output of the cell that glues it
+            if "://" in m["arg"]:
+                return f"![{options.get('alt', '')}]({m['arg']})\n\n{caption}"
+            local = (NOTEBOOKS / m["arg"]).resolve()
+            if not local.is_file():
+                raise ValueError(f"{where}: no image {m['arg']!r}")
+            path = local.relative_to(ROOT).as_posix()
             return f"![{options.get('alt', '')}]({self.raw(path)})\n\n{caption}"
 
         text = FIGURE_RE.sub(figure, text)
-        text = EQUATION_RE.sub(lambda m: f"\\tag{{{self.equations[m['label']]}}}\n$$", text)
+        text = EQUATION_RE.sub(lambda m: f"\\tag{{{self.equations[m['label']][1]}}}\n$$", text)
         text = re.sub(r"\{([\w:-]+)\}`([^`]*)`",
                       lambda m: self.role(name, m[1], m[2], where, m.string[max(0, m.start() - 60):m.start()]), text)
         leftover = re.search(r"\{[\w:-]+\}`|^(?:```+|:::+)\{[\w:-]+\}|^\([\w:-]+\)=", text, re.M)
@@ -206,6 +219,8 @@ class Book:
                 if cell["source"]:
                     cells.append(cell)
                 continue
+            if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+                continue                 # papermill's last run: it would override the reader's `profile`
             if cell["cell_type"] == "code":
                 cell["outputs"], cell["execution_count"] = [], None
                 cell["metadata"].pop("execution", None)

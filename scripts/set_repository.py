@@ -20,6 +20,7 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
 BADGE = "../book/images/colab-badge.svg"
 
 
@@ -80,6 +81,9 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="only report files that disagree with _config.yml")
     args = parser.parse_args(argv)
     wrong = fix(args.check)
+    if not args.check:                       # the Colab copies carry the address too: write them again
+        import colab_notebooks
+        colab_notebooks.main([])
     if args.check and wrong:
         print("these files disagree with _config.yml's repository:", ", ".join(wrong), file=sys.stderr)
         return 1

@@ -25,7 +25,8 @@ def test_every_copy_is_current():
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_a_copy_runs_its_chapters_code_and_shows_no_myst(chapter):
     book, copy = (json.loads(p.read_text()) for p in (chapter, ROOT / "notebooks" / "colab" / chapter.name))
-    code = [(c["source"], c["metadata"].get("tags")) for c in book["cells"] if c["cell_type"] == "code"]
+    code = [(c["source"], c["metadata"].get("tags")) for c in book["cells"] if c["cell_type"] == "code"
+            and "injected-parameters" not in c["metadata"].get("tags", [])]
     assert [(c["source"], c["metadata"].get("tags")) for c in copy["cells"] if c["cell_type"] == "code"] == code
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in copy["cells"] if c["cell_type"] == "code")
     markdown = "\n".join("".join(c["source"]) for c in copy["cells"] if c["cell_type"] == "markdown")
@@ -78,18 +79,27 @@ By {eq}`eq-demo` and {numref}`fig-demo` (and {numref}`Figure %s <fig-drawn>`), a
 Back to {ref}`sec-demo`; {ref}`other-sec`.
 
 :::{dropdown} Details
+:open:
 Folded text.
 :::
+
+```{figure} ../book/images/hooks/qk.svg
+:alt: not numbered: no caption
+```
+
+In chapter 04, {eq}`eq-other`.
 """
 
 
 def test_myst_becomes_plain_markdown_with_the_books_numbers(tmp_path):
     demo = _chapter(tmp_path, "03_demo", [
         ("markdown", DEMO, {}),
+        ("code", 'profile = "ci"', {"tags": ["injected-parameters", "remove-cell"]}),
         ("code", "plot()", {"mystnb": {"figure": {"caption": "Drawn, as in {numref}`fig-demo`.", "name": "fig-drawn"}},
                             "tags": ["hide-input"]}),
     ])
-    other = _chapter(tmp_path, "04_other", [("markdown", "# The other chapter\n\n(other-sec)=\n### Far away\n", {})])
+    other = _chapter(tmp_path, "04_other", [("markdown", "# The other chapter\n\n(other-sec)=\n### Far away\n\n"
+                                                         "$$\nc = d\n$$ (eq-other)\n", {})])
     book = colab_notebooks.Book([demo, other])
     nb = book.copy("03_demo")
     kinds = [c["cell_type"] for c in nb["cells"]]
@@ -99,12 +109,14 @@ def test_myst_becomes_plain_markdown_with_the_books_numbers(tmp_path):
     assert text.startswith("# A demo chapter\n\nVaswani et al. [[2017](https://arxiv.org/abs/1706.03762)] used sines")
     assert ("see also [[Vaswani et al., 2017](https://arxiv.org/abs/1706.03762); "
             "[Su et al., 2021](https://arxiv.org/abs/2104.09864)].") in text
-    assert ("![The diagram](https://raw.githubusercontent.com/posenc/posenc/main/book/images/hooks/qk.svg)\n\n"
+    assert ("![The diagram](https://cdn.jsdelivr.net/gh/posenc/posenc@main/book/images/hooks/qk.svg)\n\n"
             "**Fig. 3.1.** Where position enters, $R_i$.") in text
     assert "$$\na = b\n\\tag{3.1}\n$$" in text
     assert f"By (3.1) and Fig. 3.1 (and Figure 3.2), as in [The other chapter]({colab})." in text
     assert "## The section\n\nBack to *The section*; [Far away](" + colab + ")." in text
-    assert text.endswith("**Details**\n\nFolded text.\n")
+    assert "**Details**\n\nFolded text.\n" in text and ":open:" not in text
+    assert text.endswith("![not numbered: no caption](https://cdn.jsdelivr.net/gh/posenc/posenc@main/book/images/"
+                         f"hooks/qk.svg)\n\nIn chapter 04, [(4.1)]({colab}).\n")
     assert "Key result" not in text and "colab-badge" not in text
     assert "".join(nb["cells"][2]["source"]) == "**Fig. 3.2.** Drawn, as in Fig. 3.1.\n"
     code = nb["cells"][1]
