@@ -54,7 +54,7 @@ class Attention(nn.Module):
 
     q, k, v = x W_qkv (one [d_model, 3 d_model] projection, no bias), split into `n_heads` heads of
     d_h = d_model / n_heads; the output is concat_h(o^h) W_out. The scheme and its `PositionContext`
-    come with each call (`forward`), so one layer serves any scheme:
+    come with each call (`forward`), so one layer serves any scheme::
 
         attn = Attention(512, 8, layer=0)
         y, _ = attn(x, scheme, PositionContext(torch.arange(T), causal=True))    # x [B, T, 512]

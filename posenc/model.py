@@ -105,7 +105,10 @@ class Transformer(nn.Module):
     Args:
         scheme: the positional scheme (shared by all layers).
         vocab_size: number of token ids.
+        d_model, n_heads, n_layers: the residual width, heads per layer and blocks (the scheme's own).
         causal: mask future keys (decoder) or not (encoder).
+        d_ff: the feed-forward width (default 4 d_model).
+        dropout: dropout rate in the blocks.
         cls_token: prepend a learned [CLS] vector; it takes the first position and
             the tokens the next ones (default positions: CLS 0, tokens 1..n, as in BERT).
         tie_weights: output head shares the token embedding matrix.
@@ -319,11 +322,21 @@ def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: in
                 causal: bool, max_len: int = 512, d_ff: int | None = None, dropout: float = 0.0,
                 cls_token: bool = False, tie_weights: bool = True, num_classes: int | None = None,
                 **scheme_kwargs) -> Transformer:
-    """A `Transformer` using the scheme called `scheme`.
+    """A `Transformer` using the scheme called `scheme`: `model(tokens, positions=None)` -> logits [batch, seq, vocab].
 
-    `max_len` is the longest token sequence that table-based schemes must serve (with
-    `cls_token`, their tables get one more row, for [CLS]); `scheme_kwargs` go to the scheme's constructor. The model is
-    called as `model(tokens, positions=None)` -> logits [batch, seq, vocab].
+    Args:
+        scheme: a name in `posenc.SCHEMES`.
+        vocab_size: number of token ids.
+        d_model: width of the residual stream.
+        n_heads: attention heads per layer (d_model / n_heads per head).
+        n_layers: Transformer blocks.
+        causal: mask future keys (decoder) or not (encoder).
+        max_len: the longest token sequence that table-based schemes must serve (with `cls_token`,
+            their tables get one more row, for [CLS]).
+        d_ff: the feed-forward width (default 4 d_model).
+        dropout: dropout rate in the blocks.
+        cls_token, tie_weights, num_classes: as in `Transformer`.
+        **scheme_kwargs: go to the scheme's constructor (RoPE's `base`, T5's `num_buckets`, ...).
     """
     check_model_args(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, causal=causal,
                      d_ff=d_ff, dropout=dropout, cls_token=cls_token, tie_weights=tie_weights, num_classes=num_classes)

@@ -116,17 +116,17 @@ def cacheable(t: Tensor) -> bool:
 class PositionContext:
     """What every layer knows about positions in one forward pass."""
 
-    positions: Tensor  # [seq] long or float
-    causal: bool
-    has_cls: bool = False  # positions[0] belongs to a [CLS] token
-    tables: dict = field(default_factory=dict)  # filled once by Scheme.prepare
-    attn_mask: Tensor | None = None  # [h or 1, seq, seq] float: bias + causal mask
-    start: int | None = None  # positions are start, start + 1, ... (set with `extent` by the model)
-    score_mod: object = None  # set instead of attn_mask on the FlexAttention path (`Scheme.score_mod`)
-    block_mask: object = None  # FlexAttention's causal block mask on that path (None: bidirectional)
-    extent: tuple | None = None  # (min, max) of positions as Python numbers, read on the host by the model
-    host_positions: Tensor | None = None  # the same positions on the CPU, when the model received them there
-    ready: bool = False  # tables and attn_mask filled (`Transformer.context`, `posenc.attention.merge_mask`)
+    positions: Tensor  #: [seq] long or float
+    causal: bool  #: whether keys after the query are masked
+    has_cls: bool = False  #: positions[0] belongs to a [CLS] token
+    tables: dict = field(default_factory=dict)  #: filled once by Scheme.prepare
+    attn_mask: Tensor | None = None  #: [h or 1, seq, seq] float: bias + causal mask
+    start: int | None = None  #: positions are start, start + 1, ... (set with `extent` by the model)
+    score_mod: object = None  #: set instead of attn_mask on the FlexAttention path (`Scheme.score_mod`)
+    block_mask: object = None  #: FlexAttention's causal block mask on that path (None: bidirectional)
+    extent: tuple | None = None  #: (min, max) of positions as Python numbers, read on the host by the model
+    host_positions: Tensor | None = None  #: the same positions on the CPU, when the model received them there
+    ready: bool = False  #: tables and attn_mask filled (`Transformer.context`, `posenc.attention.merge_mask`)
     _read: tuple | None = field(default=None, repr=False, compare=False)  # (start, minmax): one read of the tensor
 
     @property

@@ -121,7 +121,7 @@ def test_positions_past_max_position_are_refused_before_the_solve(monkeypatch):
         with pytest.raises(ValueError, match="max_position=50"):
             model(tokens[:, :len(positions)], positions)
     with pytest.raises(ValueError, match="max_position=50"):
-        model.scheme.solve(torch.arange(60))
+        model.scheme.cache(60)                                              # positions 0..59
     monkeypatch.undo()
     model.scheme.max_position = None
     assert model(tokens, torch.arange(60, 65)).shape == (1, 5, 23)

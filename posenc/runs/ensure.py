@@ -31,9 +31,17 @@ def ensure(specs, profile: str = "ci", *, store: Store | None = None, load_only:
     """The records of `specs` (in order), running the missing ones first.
 
     Any setting that differs makes another key, so a stored record is only ever reused
-    for exactly its spec. load_only=True raises LookupError instead of running. Missing
-    runs go to `workers` processes (default: one per core, or in this process when only
-    one run is missing), each stored the moment it ends.
+    for exactly its spec. Missing runs are each stored the moment they end.
+
+    Args:
+        specs: a list of `RunSpec` (a spec listed twice is run once).
+        profile: the store's tier, "ci", "paper" or "full" (`results/<profile>/runs/`).
+        store: another `Store` (e.g. one in a temporary folder) instead of the profile's.
+        load_only: raise LookupError instead of running what is missing.
+        workers: processes for the missing runs (default `default_workers`: one per core on the CPU,
+            ten per GPU but never more than the cores; in this process when one run is missing).
+        device: "auto" (CUDA if present), "cpu" or "cuda".
+        progress: show a progress bar.
     """
     if store is not None and not isinstance(store, Store):
         raise TypeError(f"store must be a posenc.runs.Store, e.g. Store({profile!r}, root=folder); "
@@ -111,11 +119,13 @@ def made(records, seeds=()) -> str:
 
 
 class Runs:
-    """The records of one chapter's plan, with the labels the chapter gave each spec.
+    """The records of one chapter's plan, with the labels the chapter gave each spec::
 
         runs = posenc.runs.chapter("02_sinusoidal", profile)   # runs what is missing
         runs.profile                                          # "ci", "paper" or "full": what is shown
         runs.rows(task="lm")                                  # labelled evaluation rows
+
+    `rows`, `histories`, `record`, `spec` and `model` pick runs by their labels (`select`).
     """
 
     def __init__(self, name: str, profile: str, labelled: list[tuple[dict, RunSpec]], records: list[Record],
@@ -129,6 +139,7 @@ class Runs:
         return len(self.records)
 
     def select(self, **where) -> list[tuple[dict, Record]]:
+        """(label, record) pairs whose label has every `where` key equal to its value."""
         return [(lab, rec) for lab, rec in zip(self.labels, self.records)
                 if all(lab.get(k) == v for k, v in where.items())]
 
@@ -241,10 +252,10 @@ def chapter(name: str, profile: str = "auto", *, workers: int | None = None, pro
             load_only: bool = False) -> Runs:
     """A chapter's runs: the largest profile stored in full (full, then paper), else `ci`, run as needed.
 
-    profile="auto" on a CUDA machine runs `full` where the chapter declares a `full` tier (chapter 10
+    `profile="auto"` on a CUDA machine runs `full` where the chapter declares a `full` tier (chapter 10
     decides its claims at `paper` and has none); an explicit profile runs that one.
     load_only=True reads the committed store (never the test run's) and runs nothing: for
-    sweeps too large to recompute under the tests. With profile="auto" it shows the largest
+    sweeps too large to recompute under the tests. With `profile="auto"` it shows the largest
     tier stored in full on any machine: a chapter that trains nothing has no use for the GPU,
     and on one it would otherwise ask for a `full` tier that a GPU window has not finished.
     """

@@ -158,9 +158,21 @@ def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect
     effect), so that its verdict can be judged again from the file alone (`rejudge`). Returns
     `claim_verdict`'s dict. With replicates other than seeds (`unit`), "seeds" counts them and "unit" names them.
 
-    why: the reason shown beside the verdict; or a dict {verdict: reason} when the reason depends on how the
-    claim comes out (a reason written for a failure must not stand beside "reproduced"). The dict must
-    have a reason for the verdict the rule gives.
+    Args:
+        chapter: the notebook's file stem ("11_rope"); the record goes to
+            `results/<profile>/claims/<chapter>.json`.
+        profile: the tier measured, "ci", "paper" or "full".
+        claim: the claim in words, naming its source.
+        values: the effect per seed (a dict {seed: effect} or a list), signed so that the paper's
+            direction is the band's side of no effect.
+        band: the `posenc.analysis.Band` named before the runs were read.
+        effect: what `values` measure, in words.
+        fmt: how the effect is written.
+        why: the reason shown beside the verdict; or a dict {verdict: reason} when the reason depends on
+            how the claim comes out (a reason written for a failure must not stand beside
+            "reproduced"). The dict must have a reason for the verdict the rule gives.
+        unit: what the replicates are ("seeds", or "interleaved rounds" for a claim about speed).
+        results_dir: another results folder than the package's `results/`.
     """
     if isinstance(why, dict):
         unknown = sorted(set(why) - set(RULE_VERDICTS))

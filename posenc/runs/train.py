@@ -40,6 +40,28 @@ from ..model import classification_loss, lm_loss  # noqa: F401  (re-exported)
 
 @dataclass
 class TrainConfig:
+    """How `train` trains: AdamW with linear warm-up and cosine decay, on batches the task draws.
+
+    Args:
+        steps: optimiser steps.
+        batch_size: sequences per step.
+        lr: peak learning rate, reached after `warmup` steps.
+        weight_decay: AdamW's decoupled weight decay.
+        warmup: steps of linear warm-up from 0.
+        min_lr_ratio: the cosine decay ends at lr * min_lr_ratio.
+        grad_clip: the gradients' global norm is clipped to this.
+        seed: seeds the model's initialisation and the batches.
+        log_every: steps between two points of the loss history (read from the device only then).
+        device: "auto" (CUDA if present, else the CPU), or a torch device string.
+        amp: autocast on a GPU: "auto" (bf16 where the GPU supports it, else fp16), "bf16", "fp16" or
+            "off"; the CPU always trains in float32.
+        checkpoint_path: where to save a resumable checkpoint (None: no checkpoint).
+        checkpoint_every: steps between two checkpoints.
+        progress: show a progress bar.
+        random_positions: M: train at sorted random positions drawn from [0, M) (Ruoss et al.);
+            None: positions 0..n-1.
+    """
+
     steps: int = 1000
     batch_size: int = 32
     lr: float = 1e-3
@@ -50,11 +72,11 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 50
     device: str = "auto"
-    amp: str = "auto"  # "auto" | "bf16" | "fp16" | "off"
+    amp: str = "auto"
     checkpoint_path: str | None = None
     checkpoint_every: int = 200
     progress: bool = True
-    random_positions: int | None = None  # M: train at sorted random positions from [0, M) (None: 0..n-1)
+    random_positions: int | None = None
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "log_every", "checkpoint_every", "seed", "warmup"):
@@ -81,11 +103,13 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    history: list = field(default_factory=list)  # [{"step", "loss", "lr"}], every log_every steps
-    final_loss: float = float("nan")              # mean training loss over the last log window
-    seconds: float = 0.0                          # wall time of this call (varies: never compare it)
-    graphs: int = 0                               # CUDA graphs captured (`posenc.runs.graphed`; 0: eager)
-    graph_error: str | None = None                # why the step could not be captured, the run then eager
+    """What `train` returns."""
+
+    history: list = field(default_factory=list)  #: [{"step", "loss", "lr"}], every log_every steps
+    final_loss: float = float("nan")              #: mean training loss over the last log window
+    seconds: float = 0.0                          #: wall time of this call (varies: never compare it)
+    graphs: int = 0                               #: CUDA graphs captured (`posenc.runs.graphed`; 0: eager)
+    graph_error: str | None = None                #: why the step could not be captured, the run then eager
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -281,7 +305,8 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     after the batch (same batches as without the option, deterministic given the seed), and
     passed as `positions=` to the model (a custom `loss_fn` receives it as the keyword
     `positions`, as `classification_loss` does); evaluation is untouched (positions 0..n-1,
-    or `RandomPositions` for the paper's randomized evaluation). Returns the history; the model is
+    or `RandomPositions` for the paper's randomized evaluation). Returns a `TrainResult` (the loss
+    history, the final loss, the seconds it took, and whether CUDA graphs ran); the model is
     trained in place and left in eval mode. resume: "check" (a checkpoint made with other
     settings or another model is a ValueError naming the fields) or "override". `stop`: end after
     that many steps, on the schedule of all `cfg.steps` (a replay of a run's start, `posenc.runs.replay`).

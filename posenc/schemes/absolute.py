@@ -88,8 +88,10 @@ def integer_positions(positions: Tensor, argument: str = "positions", minmax: tu
 class _TableScheme(Scheme):
     """A trainable [max_len, d_model] table looked up at each (integer) position.
 
-    `overflow="error"` (default) raises for a position >= max_len; `"clamp"` reuses
-    the last row, to measure what an overlong input does to a trained model.
+    Args:
+        init_std: the standard deviation of the table's initial rows.
+        overflow: "error" (default) raises for a position >= max_len; "clamp" reuses the
+            last row, to measure what an overlong input does to a trained model.
     """
 
     init_mean = 0.0
@@ -122,7 +124,13 @@ class _TableScheme(Scheme):
 
 @register("learned")
 class LearnedAbsolute(_TableScheme):
-    """h_i = x_i + P[i], P trainable, init N(0, 0.02) like the tokens (Gehring et al. 2017, eq. in section 3.1)."""
+    """h_i = x_i + P[i], P trainable, init N(0, 0.02) like the tokens (Gehring et al. 2017, eq. in section 3.1).
+
+    Args:
+        init_std: the standard deviation of P's initial rows (0.02).
+        overflow: "error" (default) raises for a position >= max_len; "clamp" reuses the
+            last row, to measure what an overlong input does to a trained model.
+    """
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
         return x + self.rows(ctx)                                                    # (B, T, D)

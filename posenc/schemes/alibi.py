@@ -20,7 +20,7 @@ from ..scheme import register
 from ..scheme import PositionContext, Scheme, cacheable, check_positions, stamp
 
 def alibi_slopes(num_heads: int) -> Tensor:
-    """The head slopes m_h of ALiBi: a geometric sequence starting at 2^(-8/n) with ratio 2^(-8/n).
+    """The head slopes m_h of ALiBi: for n heads a power of two, a geometric sequence from 2^(-8/n), ratio 2^(-8/n).
 
     For n heads a power of two, m_h = 2^(-8h/n), h = 1..n. Otherwise, with p the largest
     power of two below n, the first p slopes are those of p heads and the remaining
@@ -41,10 +41,10 @@ def _geometric_slopes(n: int) -> Tensor:
 
 
 def alibi_bias(positions: Tensor, slopes: Tensor) -> Tensor:
-    """b_hij = -m_h |j - i|  (ALiBi eq. in section 3): [heads, seq, seq] float32.
+    """`b_hij = -m_h |j - i|`  (ALiBi eq. in section 3): [heads, seq, seq] float32.
 
     In a causal model only j <= i is ever used, where this equals m_h (j - i), the
-    paper's form; the symmetric |j - i| extends it to bidirectional attention.
+    paper's form; the symmetric `|j - i|` extends it to bidirectional attention.
     """
     check_positions(positions, finite="on cpu")                   # 1-D, numbers, finite, not half precision
     if not isinstance(slopes, Tensor) or slopes.dim() != 1:

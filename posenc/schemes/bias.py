@@ -67,7 +67,8 @@ class T5Bias(Scheme):
     """One learned scalar per (head, bucket), shared by all layers, added to the scaled logits.
 
     Args:
-        num_buckets, max_distance: the bucket map's N and D (T5: 32 and 128).
+        num_buckets: the bucket map's N (T5: 32).
+        max_distance: the bucket map's D, where the log buckets end (T5: 128).
         bidirectional: two-sided buckets; defaults to `not causal`.
     """
 

@@ -143,7 +143,7 @@ def cope_logits(q: Tensor, k: Tensor, table: Tensor, scale: float, gates: Tensor
 # -- the scheme -----------------------------------------------------------------------
 @register("cope")
 class CoPE(Scheme):
-    """Contextual positions counted by sigmoid gates, one embedding table per layer.
+    """Contextual positions counted by sigmoid gates, one embedding table per layer; causal only.
 
     Args:
         npos_max: P, the number of integer positions 0..P-1 with an embedding; larger

@@ -139,13 +139,14 @@ class DeBERTa(Scheme):
             1/sqrt((1 + len(terms)) d_h), i.e. 1/sqrt(3 d_h) with both (as DeBERTa's code).
         absolute: "emd" (absolute positions before the last `emd_layers` layers),
             "input" (added to the input, as BERT: the -EMD ablation) or "none".
-        emd_layers: how many final layers see absolute positions when absolute="emd".
-        bucket_size, max_position: DeBERTa v2's log buckets (both or neither).
+        emd_layers: how many final layers see absolute positions when `absolute="emd"`.
+        bucket_size: DeBERTa v2's log buckets: the bucket count (with `max_position`, or neither).
+        max_position: DeBERTa v2's log buckets: the largest distance bucketed (with `bucket_size`).
         p2c_delta: "paper" reads Q_r at delta(j, i) (Eq. 4); "code" at delta(i, j), as
             DeBERTa's released code and transformers do.
         emd_passes: None (default) for the residual EMD above; an int n >= 1 for the paper's
             decoder: the last layer run n times with queries h + P, keys and values h
-            (needs absolute="emd" and emd_layers=1).
+            (needs `absolute="emd"` and `emd_layers=1`).
     """
 
     def __init__(self, *, d_model, n_heads, n_layers, max_len, causal, k: int = 32, terms=TERMS,

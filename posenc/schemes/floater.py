@@ -217,10 +217,10 @@ class Floater(Scheme):
         self.register_buffer("cached", torch.empty(self.n_layers, 0, self.d_model), persistent=False)
 
     def solve(self, positions: Tensor, host_positions: Tensor | None = None) -> Tensor:
-        """p^(n)(delta * positions) for every block: [n_layers, seq, d_model] (`host_positions`: their CPU copy)."""
-        host = positions if positions.device.type == "cpu" else host_positions
-        if host is not None and host.numel():
-            self._check_reach(float(host.max()))
+        """p^(n)(delta * positions) for every block: [n_layers, seq, d_model] (`host_positions`: their CPU copy).
+
+        Not checked against `max_position` (the forward checks the positions' extent, which it reads on the
+        host, before it calls this; so does `cache`)."""
         if self.solve_on == "host" and self.p0.device.type != "cpu":
             return self.solve_on_host(positions if host_positions is None else host_positions).to(
                 self.p0.device, non_blocking=True)
@@ -251,6 +251,7 @@ class Floater(Scheme):
         """Solve once for positions 0..num_positions-1; eval-mode forwards then only index the table."""
         if not isinstance(num_positions, int) or num_positions < 1:
             raise ValueError(f"num_positions must be a positive int; got {num_positions!r}")
+        self._check_reach(num_positions - 1)
         self.cached = self.solve(torch.arange(num_positions, device=self.p0.device), torch.arange(num_positions))
         self._cached_for = self._parameters_stamp()
         return self.cached

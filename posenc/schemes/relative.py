@@ -104,7 +104,8 @@ class Shaw(Scheme):
 
     Args:
         max_distance: k; distances beyond +-k share the edge embedding (2k+1 rows).
-        keys, values: use a^K (in the logits) and a^V (in the outputs); Table 3's ablation.
+        keys: use a^K, the relative embedding in the logits (Table 3's ablation).
+        values: use a^V, the relative embedding in the outputs (Table 3's ablation).
     Tables are per layer and shared by the heads, as in the paper's section 3.3, which shares them
     across heads and sequences to cut their memory from O(h n^2 d_a) to O(n^2 d_a).
     """

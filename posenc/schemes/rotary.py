@@ -215,7 +215,7 @@ def apply_rope(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str 
     Args:
         x: queries or keys [..., seq, dim], dim even.
         positions: [seq], long or float (fractional positions are fine, e.g. for interpolation).
-        base: theta_i = base^(-2i/dim).
+        base: theta_i = base^(-2i/r), r the rotated dims (dim, or round(rotary_fraction * dim)).
         layout: "interleaved" (RoFormer, Meta's LLaMA) or "half" (GPT-NeoX, transformers' LLaMA).
         rotary_fraction: rotate only the first round(rotary_fraction * dim) dims (GPT-NeoX, Phi).
         p: p-RoPE, the fraction of frequency pairs (highest first) that rotate; the others do not.

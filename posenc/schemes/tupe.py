@@ -115,7 +115,8 @@ class TUPE(Scheme):
         cls_reset: replace the [CLS] row/column of the positional term by theta_1, theta_2
             (only when the model has a [CLS] token).
         cross_terms: keep the word-position terms (BERT-A^d ablation; scale 1/sqrt(4d)).
-        num_buckets, max_distance: T5 bucketing for TUPE-R.
+        num_buckets: T5 bucketing for TUPE-R: the number of buckets.
+        max_distance: T5 bucketing for TUPE-R: where the log buckets end.
     """
 
     def __init__(self, *, d_model, n_heads, n_layers, max_len, causal, relative: bool = False,

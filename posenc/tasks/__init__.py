@@ -81,7 +81,13 @@ def task_defaults(task: str) -> dict:
 
 
 def make_task(task: str, /, **kwargs):
-    """The task called `task` in `BUILDERS`, built from `kwargs`."""
+    """The task called `task` in `BUILDERS`, built from `kwargs`.
+
+    The names: "corpus" (the character LM, `CharCorpus.stdlib`), "synthetic" (`SyntheticTask`, one of
+    `TASKS`: copy, reverse, recall, kback, index, position, sort, duplicate, addition, parity, scan),
+    "mlm_cls" (masked LM with a [CLS] label), "contrast", "counting", "passkey", "cnn_position" and
+    "digits" (the chapters on TUPE, CoPE, RoPE's extensions and images).
+    """
     return builder(task)(**kwargs)
 
 

@@ -50,7 +50,7 @@ class CharCorpus:
     """A character corpus split into train/valid id tensors.
 
     Args:
-        text: the whole corpus; documents separated by form feeds (\\f).
+        text: the whole corpus; documents separated by form feeds (``"\\f"``).
         train_length: context length L the model trains on.
         valid_every: every `valid_every`-th document goes to validation.
         mask_prob: fraction of characters masked for bidirectional (MLM) training.

@@ -59,11 +59,13 @@ class SyntheticTask:
 
     Args:
         name: one of `TASKS`.
-        train_length: L, the longest source seen in training (lengths 1..L are drawn).
+        train_length: L, the longest source seen in training (lengths min_length..L are drawn, where
+            min_length is `min_train_length`, at least k + 1 for `kback` and `index`).
         n_symbols: alphabet size of the items.
         k: offset for `kback`, index for `index`.
         max_eval_factor: longest test length as a multiple of L (sizes the vocabulary
             of `recall` keys and `position` labels).
+        min_train_length: the shortest training length (see `train_length`).
     """
 
     name: str
