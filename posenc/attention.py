@@ -57,7 +57,8 @@ class Attention(nn.Module):
     come with each call (`forward`), so one layer serves any scheme::
 
         attn = Attention(512, 8, layer=0)
-        y, _ = attn(x, scheme, PositionContext(torch.arange(T), causal=True))    # x [B, T, 512]
+        ctx = PositionContext(torch.arange(T), causal=True)
+        y, _ = attn(x, scheme, ctx)                # x, y [B, T, 512]
 
     `layer` picks the scheme's per-layer parameters (FLOATER's and DeBERTa's inputs, KERPLE's and FIRE's
     biases, CoPE's tables); `dropout` is applied to the attention weights while training.

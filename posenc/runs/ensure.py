@@ -121,9 +121,9 @@ def made(records, seeds=()) -> str:
 class Runs:
     """The records of one chapter's plan, with the labels the chapter gave each spec::
 
-        runs = posenc.runs.chapter("02_sinusoidal", profile)   # runs what is missing
-        runs.profile                                          # "ci", "paper" or "full": what is shown
-        runs.rows(task="lm")                                  # labelled evaluation rows
+        runs = posenc.runs.chapter("02_sinusoidal", profile)  # runs any missing
+        runs.profile            # "ci", "paper" or "full": the tier shown
+        runs.rows(task="lm")    # labelled evaluation rows
 
     `rows`, `histories`, `record`, `spec` and `model` pick runs by their labels (`select`).
     """

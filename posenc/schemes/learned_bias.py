@@ -86,7 +86,8 @@ def _kerple(distance: Tensor, r1: Tensor, r2: Tensor, kernel: str) -> Tensor:
 def kerple_bias(positions: Tensor, r1: Tensor, r2: Tensor, kernel: str = "log") -> Tensor:
     """KERPLE's bias [heads, seq, seq] for 1-D `positions`, with r1, r2 [heads] (section 4)::
 
-        log:    -r1 log(1 + r2 |i - j|),    power:  -r1 |i - j|^r2   (r1, r2 > 0; r2 <= 2 for power).
+        log:    -r1 log(1 + r2 |i - j|)
+        power:  -r1 |i - j|^r2          (r1, r2 > 0; r2 <= 2 for power)
 
     Returns float32 whatever r1's dtype: attention adds it to q k^T in q's dtype (`posenc.attention`).
     """
