@@ -78,14 +78,16 @@ class RunSpec:
 
     Args:
         scheme: a name in `posenc.SCHEMES` (or the recipe's own model family, e.g. "cnn").
-        task: a name in `posenc.tasks.BUILDERS`; task_kwargs: its arguments.
+        task: a name in `posenc.tasks.BUILDERS`.
+        task_kwargs: the task's arguments.
         model: keyword arguments of the model builder (`causal` among them for sequence models; a
             spec of a recipe in `BUILDS_MODEL` may give only `build_model`'s keywords and its scheme's,
             `check_model_keys`).
         train: TrainConfig settings (every field of `TRAIN_FIELDS`; missing ones take the defaults),
             and those of `OPTIONAL_TRAIN_FIELDS` (e.g. random_positions), kept only when not None.
         seed: model initialisation and data order.
-        lengths: evaluation lengths; eval: keyword arguments of the task's `evaluate`.
+        lengths: evaluation lengths.
+        eval: keyword arguments of the task's `evaluate`.
         recipe: a name in `posenc.runs.RECIPES` ("sequence": build, train, evaluate at lengths).
         options: recipe-specific settings (part of the hash).
         keep_weights: store the trained weights beside the record (chapters that inspect the model).
