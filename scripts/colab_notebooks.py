@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib.util
 import json
 import re
@@ -37,15 +38,21 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 OUT = NOTEBOOKS / "colab"
 sys.path.insert(0, str(ROOT / "scripts"))
-from set_repository import BADGE_RE, repository  # noqa: E402
+from set_repository import BADGE_RE, colab_url, repository  # noqa: E402
 
 
-def _chapter_number(docname: str) -> str | None:
-    """The book's per-chapter prefix ("11", "7b", "S"), from the Sphinx extension that numbers the book."""
+@functools.cache
+def _numbering():
+    """The Sphinx extension that numbers the book (book/_ext/chapter_numbers.py), loaded once."""
     spec = importlib.util.spec_from_file_location("chapter_numbers", ROOT / "book/_ext/chapter_numbers.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.chapter_number(docname)
+    return module
+
+
+def _chapter_number(docname: str) -> str | None:
+    """The book's per-chapter prefix ("11", "7b", "S")."""
+    return _numbering().chapter_number(docname)
 
 
 # --------------------------------------------------------------------------------------- references
@@ -120,8 +127,7 @@ class Book:
                     self.figures[figure.get("name") or f"{name}#{figures}"] = number(figures)
 
     def colab(self, name: str) -> str:
-        return (f"https://colab.research.google.com/github/{self.slug}/blob/{self.branch}/"
-                f"notebooks/colab/{name}.ipynb")
+        return colab_url(self.slug, self.branch, f"{name}.ipynb")
 
     def raw(self, path: str) -> str:
         """A repository file by address: jsDelivr's mirror of the repository, which serves an SVG as an image

@@ -7,7 +7,8 @@ The address lives in one place, `_config.yml`; the Jupyter Book launch and repos
 read it there, and this script copies it into each chapter's Colab badge, each install cell
 (the `git clone` of the repository, whose `results/` holds the runs the chapters read) and the
 README's Colab link and `pip install` line. A badge opens the chapter's Colab copy,
-notebooks/colab/<chapter>.ipynb (scripts/colab_notebooks.py writes them, with the same address). The badge image is shipped with the book (book/images/).
+notebooks/colab/<chapter>.ipynb (scripts/colab_notebooks.py writes them, with the same
+address). The badge image is shipped with the book (book/images/).
 """
 from __future__ import annotations
 
@@ -34,10 +35,14 @@ def repository() -> tuple[str, str, str]:
     return url, m.group(1), branch
 
 
+def colab_url(slug: str, branch: str, notebook: str) -> str:
+    """Where Colab opens a chapter: its plain-Markdown copy, notebooks/colab/<notebook> (scripts/colab_notebooks.py)."""
+    return f"https://colab.research.google.com/github/{slug}/blob/{branch}/notebooks/colab/{notebook}"
+
+
 def badge(slug: str, branch: str, notebook: str) -> str:
-    """The chapter's badge: it opens the chapter's plain-Markdown copy (scripts/colab_notebooks.py) on Colab."""
-    return (f"[![Open In Colab]({BADGE})](https://colab.research.google.com/github/{slug}/blob/{branch}/"
-            f"notebooks/colab/{notebook})")
+    """The chapter's badge, which opens its Colab copy."""
+    return f"[![Open In Colab]({BADGE})]({colab_url(slug, branch, notebook)})"
 
 
 BADGE_RE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\(https://colab\.research\.google\.com/github/[^)]*\)")
