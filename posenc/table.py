@@ -54,7 +54,7 @@ class Table(list):
 
     def _repr_html_(self) -> str:
         cols = self.columns
-        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+        head = "".join(f"<th>{_header(c)}</th>" for c in cols)
         body = "".join("<tr>" + "".join(_td(_fmt(r.get(c))) for c in cols) + "</tr>" for r in self)
         # A wide table scrolls inside its own box, so the page never overflows on a phone.
         return (f'<div style="overflow-x: auto; max-width: 100%"><table class="posenc-table"><thead><tr>{head}</tr></thead>'
@@ -67,6 +67,12 @@ _WITH_INTERVAL = re.compile(r"^(\S+)( \[[^\[\]]+\])$")
 
 #: A cell longer than this, with a space in it, is prose (a claim, what was measured, why): it wraps.
 PROSE_CHARS = 40
+
+
+def _header(name) -> str:
+    """A column's name, free to break after `_` and `/` (`final_loss_spread`, `train/nope`): a header
+    of joined words would otherwise set its column's width and widen the table past the page."""
+    return html.escape(str(name)).replace("_", "_<wbr>").replace("/", "/<wbr>")
 
 
 def _td(text: str) -> str:

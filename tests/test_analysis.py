@@ -469,6 +469,13 @@ def test_a_tables_html_sets_a_values_interval_apart_and_escapes_the_rest():
     assert f'<td class="posenc-text">{over}</td>' in Table([{"c": over}])._repr_html_()
 
 
+def test_a_tables_html_headers_may_break_after_underscores_and_slashes_only():
+    html = Table([{"final_loss_spread": 1, "train/nope": 2, "a <b>": 3}])._repr_html_()
+    assert "<th>final_<wbr>loss_<wbr>spread</th>" in html and "<th>train/<wbr>nope</th>" in html
+    assert "<th>a &lt;b&gt;</th>" in html                               # escaped, and no break added
+    assert "<td>1</td>" in html and "wbr" not in html.split("</thead>")[1]   # the cells are left alone
+
+
 def test_with_interval_writes_the_mean_and_its_bootstrap_interval():
     from posenc.analysis import bootstrap_ci, with_interval
     values = [3.1, 3.3, 3.2]

@@ -93,16 +93,18 @@ def test_rel_shift_rejects_a_tensor_without_query_and_distance_dims():
 # -- Shaw: gather/scatter equal the naive [N, N, d] einsum -------------------------------
 @pytest.mark.parametrize("q_len,k_len,k", [(7, 7, 2), (3, 8, 3), (5, 5, 0)])
 def test_shaw_terms_equal_naive_einsum(q_len, k_len, k):
-    scheme = posenc.SCHEMES["shaw"](d_model=16, n_heads=2, n_layers=1, max_len=16, causal=False, max_distance=k)
+    """Each layer reads its own tables w^K, w^V (the paper's are per layer): checked at layers 0 and 1."""
+    scheme = posenc.SCHEMES["shaw"](d_model=16, n_heads=2, n_layers=2, max_len=16, causal=False, max_distance=k)
     ids = clipped_relative_positions(q_len, k_len, k)
     ctx = PositionContext(torch.arange(q_len), causal=False, tables={"shaw_ids": ids})
     q, kk = torch.randn(2, 2, q_len, 8), torch.randn(2, 2, k_len, 8)
     probs = torch.randn(2, 2, q_len, k_len).softmax(-1)
-    a_k, a_v = scheme.table_k[0][ids], scheme.table_v[0][ids]                # (Q, K, d): the naive tensors
-    want_logits = torch.einsum("bhqd,qkd->bhqk", q, a_k) / math.sqrt(8)       # eq. (5), second term
-    want_values = torch.einsum("bhqk,qkd->bhqd", probs, a_v)                  # eq. (3), second term
-    torch.testing.assert_close(scheme.extra_logits(q, kk, ctx, 0), want_logits)
-    torch.testing.assert_close(scheme.extra_values(probs, ctx, 0), want_values)
+    for layer in (0, 1):
+        a_k, a_v = scheme.table_k[layer][ids], scheme.table_v[layer][ids]    # (Q, K, d): the naive tensors
+        want_logits = torch.einsum("bhqd,qkd->bhqk", q, a_k) / math.sqrt(8)   # eq. (5), second term
+        want_values = torch.einsum("bhqk,qkd->bhqd", probs, a_v)              # eq. (3), second term
+        torch.testing.assert_close(scheme.extra_logits(q, kk, ctx, layer), want_logits)
+        torch.testing.assert_close(scheme.extra_values(probs, ctx, layer), want_values)
 
 
 def test_spread_relative_sums_weights_per_distance():

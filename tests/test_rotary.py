@@ -319,6 +319,32 @@ def test_interpolation_and_ntk_change_the_angles_as_derived():
     torch.testing.assert_close(scheme.table(pos)[1], rope_table(pos, 16, ntk_base(10000.0, 4.0, 16))[1])
 
 
+@pytest.mark.parametrize("name", ["rope", "xpos"])
+def test_ntk_rescales_the_base_for_the_rotated_width_when_part_of_a_head_rotates(name):
+    """NTK-aware scaling (eq. 16.3) divides the lowest frequency by exactly s: with rotary_fraction 1/2 the
+    rotated width r = 32 of a 64-wide head is the d of the formula, not 64."""
+    scheme = small_model(name, d_model=256, n_heads=4, rotary_fraction=0.5).scheme
+    scheme.set_scaling("ntk", 4.0)
+    theta = scheme.frequencies()[0]
+    assert theta.shape == (16,) and scheme.effective_base == pytest.approx(ntk_base(10000.0, 4.0, 32))
+    torch.testing.assert_close(theta[-1], rope_frequencies(32, 10000.0, dtype=torch.float64)[-1] / 4.0)
+    torch.testing.assert_close(theta[0], torch.tensor(1.0, dtype=torch.float64))       # the fastest pair stays
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos"])
+def test_interpolated_positions_far_from_zero_keep_their_angles(name):
+    """Under "pi" the positions are divided in float64: at m near 1e5, float32 positions / 3 would put cos off by
+    about 1e-3; the table must equal the float64 derivation's."""
+    scheme = small_model(name, d_model=64, n_heads=4).scheme
+    scheme.set_scaling("pi", 3.0)
+    pos = torch.arange(100_000, 100_064)
+    torch.testing.assert_close(scheme.scaled_positions(pos), pos.double() / 3.0, rtol=0, atol=0)
+    if name == "rope":
+        want = rope_table(pos.double() / 3.0, 16)
+        for got, ref in zip(scheme.table(pos), want):
+            torch.testing.assert_close(got.double(), ref.double(), rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("base", [math.inf, 1.0, True, None])
 def test_an_infinite_or_trivial_base_is_refused_not_served_as_no_position(base):
     """base = inf left only pair 0 with an angle (every other theta_i = 0): a silent near-NoPE."""
@@ -346,7 +372,8 @@ def test_a_cached_table_follows_the_settings_it_was_built_with():
     (a sweep at evaluation time) builds them again rather than serving the old ones."""
     torch.manual_seed(0)
     tokens = torch.randint(0, 23, (1, 16))
-    for scheme, attr, value in (("rope", "base", 500000.0), ("rope", "p", 0.5), ("xpos", "scale_base", 16.0)):
+    for scheme, attr, value in (("rope", "base", 500000.0), ("rope", "p", 0.5), ("xpos", "scale_base", 16.0),
+                                 ("xpos", "gamma_hat", 0.8)):
         model = small_model(scheme)
         first = model(tokens)
         setattr(model.scheme, attr, value)
