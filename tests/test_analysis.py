@@ -680,3 +680,50 @@ def test_cls_attention_share_reads_the_cls_row():
     with pytest.raises(ValueError, match="cls_token"):
         cls_attention_share(posenc.build_model("nope", 20, causal=False, d_model=16, n_heads=2, n_layers=1,
                                                max_len=16), x, 2)
+
+
+def test_beyond_scores_leave_out_the_training_length():
+    """Scores beyond L average x_train > 1 only: `a` leads at L (1.0 against 0.9) but `b` leads beyond it
+    (0.45 against 0.4), so `b` ranks first; counting the L rows would put `a` first (0.7 against 0.675)."""
+    from posenc.analysis import beyond_scores, mean_reciprocal_rank
+    rows = Table({"scheme": s, "task": "copy", "seed": k, "x_train": x, "accuracy": acc[x]}
+                 for s, acc in (("a", {1.0: 1.0, 2.0: 0.4}), ("b", {1.0: 0.9, 2.0: 0.45}))
+                 for k in range(3) for x in (1.0, 2.0))
+    scores, at_l = beyond_scores(rows)
+    assert scores["copy"] == pytest.approx({"a": 0.4, "b": 0.45}) and at_l == {"copy": 1.0}
+    assert [r["scheme"] for r in mean_reciprocal_rank(scores)] == ["b", "a"]
+
+
+def test_with_interval_writes_the_mean_not_the_median():
+    """[1, 2, 6]: mean 3, median 2; the written value is the mean."""
+    from posenc.analysis import with_interval
+    assert with_interval([1, 2, 6]).startswith("3.000 [")
+
+
+def test_findings_rows_go_by_bits_per_character_at_l_best_first_whatever_the_input_order():
+    """The worst language model listed first still ends last: rows are sorted by bpc at L, and the summary names
+    the two lowest."""
+    from posenc.analysis import findings, findings_summary
+    rows = Table({"scheme": s, "task": "lm", "seed": k, "x_train": x, "bpc": base + 0.01 * k}
+                 for s, base in (("worst", 3.9), ("mid", 3.5), ("best", 3.1)) for k in range(3) for x in (1.0, 8.0))
+    table = findings(rows, mrr={"worst": 0.3, "mid": 0.5, "best": 1.0})
+    assert [r["scheme"] for r in table] == ["best", "mid", "worst"]
+    assert "the best language models are best and mid (3.110 and 3.510 bits per character)" in findings_summary(table)
+
+
+def test_mrr_bootstrap_resamples_as_many_seeds_as_each_task_has(monkeypatch):
+    """Each resample draws, for every task, one seed per seed it has (with replacement): n_boot * (5 + 5) draws
+    for two tasks of five seeds, not one seed fewer per task."""
+    import random
+    import types
+    from posenc import analysis
+    drawn = []
+
+    class Counting(random.Random):
+        def choice(self, seq):
+            drawn.append(len(seq))
+            return super().choice(seq)
+
+    monkeypatch.setattr(analysis, "random", types.SimpleNamespace(Random=Counting))
+    analysis.mrr_bootstrap(_suite(spread=0.05), ["copy", "sort"], n_boot=20)
+    assert drawn == [5] * (20 * 2 * 5)

@@ -232,3 +232,36 @@ def test_repeat_filler_starts_at_a_random_offset_per_row():
     assert all(0 <= o < len(REPEAT_FILLER) for o in offsets)
     assert len(set(offsets)) > 20
     assert len({text[0] for text in texts(task, x)}) > 1
+
+
+class FirstDepthOnly(Oracle):
+    """The oracle, right only where the key sentence opens the text (depth 0); elsewhere it answers no digit."""
+
+    def forward(self, x):
+        logits = super().forward(x)
+        for b, text in enumerate(texts(self.task, x)):
+            if not text.startswith(KEY_SENTENCE[0]):
+                logits[b] = 0.0                                          # argmax: id 0, which is no digit
+        return logits
+
+
+def test_evaluate_averages_the_depths_and_does_not_take_the_best_one():
+    """A model that retrieves the key at depth 0 only scores 1/5 over DEPTHS' five depths, not 1."""
+    model = FirstDepthOnly(TASK)
+    assert TASK.score(model, 120, 0.0, n_samples=8) == {"accuracy": 1.0, "digit_accuracy": 1.0}
+    assert TASK.score(model, 120, 0.5, n_samples=8) == {"accuracy": 0.0, "digit_accuracy": 0.0}
+    share = 1 / len(DEPTHS)
+    assert TASK.evaluate(model, 120, n_samples=8) == pytest.approx({"accuracy": share, "digit_accuracy": share})
+
+
+def test_scoring_reads_its_filler_from_the_validation_text_only():
+    """`score` (and so `evaluate`) draws the "corpus" filler from the held-out documents: every filler window a
+    scored model reads lies in the validation text and in none of the training text."""
+    corpus = shipped_corpus()
+    train_text, valid_text = corpus.decode(corpus.train_ids), corpus.decode(corpus.valid_ids)
+    model = Recorder(TASK)
+    TASK.score(model, 200, 0.5, n_samples=8)                            # F = 120 filler characters a text
+    fillers = [f for _, f in model.seen]
+    assert len(fillers) == 8 and all(len(f) == TASK.filler_length(200, True) for f in fillers)
+    assert all(f in valid_text for f in fillers), "a scored text's filler is not from the validation split"
+    assert not any(f in train_text for f in fillers)

@@ -204,3 +204,36 @@ def test_every_committed_verdict_follows_from_its_stored_interval_band_and_null(
     wrong = [(r["chapter"], r["claim"], r["verdict"], rejudge(r)) for r in banded if rejudge(r) != r["verdict"]]
     assert not wrong
     assert all(r["profile"] == profile for r in rows)
+
+
+# a {seed: effect} dict is judged by its effects, not its seeds: the same verdict, mean and interval as the list
+def test_a_claim_given_as_a_seed_dict_is_judged_by_its_values(tmp_path):
+    from posenc.runs.profiles import claim_verdict
+    band, effects = Band(0.05, None), {0: 0.10, 1: 0.12, 2: 0.11}
+    as_list = claim_verdict([0.10, 0.12, 0.11], band, effect="gain")
+    assert as_list["verdict"] == "reproduced" and as_list["mean"] == pytest.approx(0.11)
+    assert claim_verdict(effects, band, effect="gain") == as_list
+    out = posenc.record_claim("99_t", "ci", "c", effects, band, effect="gain", results_dir=tmp_path)
+    assert out == as_list
+    [stored] = posenc.load_claims("ci", results_dir=tmp_path)
+    assert stored["verdict"] == "reproduced" and stored["interval"] == list(as_list["interval"])
+
+
+# ensure gives one record per spec asked for, in order: a spec listed twice is run once but returned twice
+def test_ensure_returns_a_record_for_every_spec_listed_even_a_repeated_one(tmp_path):
+    store = Store("ci", tmp_path)
+    a, b = tiny(0), tiny(1)
+    for spec in (a, b):
+        store.put(spec, fake_record())
+    records = ensure([a, b, a], store=store, load_only=True, progress=False)
+    assert [r["key"] for r in records] == [a.key, b.key, a.key]
+    assert records[0].spec == records[2].spec == a and records[0]["table"] == records[2]["table"]
+
+
+# profile="auto" is the GPU tier on a CUDA machine
+def test_auto_resolves_to_full_where_cuda_is_available(monkeypatch):
+    from posenc.runs.profiles import resolve, torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve("auto") == "full" and resolve("paper") == "paper"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve("auto") == "ci"

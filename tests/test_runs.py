@@ -42,6 +42,27 @@ def test_every_setting_changes_the_key_and_defaults_are_explicit():
     assert RunSpec.from_dict(json.loads(json.dumps(base.to_dict()))) == base
 
 
+def test_the_key_covers_every_field_of_a_spec_and_every_training_setting():
+    """Two runs that differ in any one setting must not share a record: the key hashes `to_dict()`, which
+    holds every field of RunSpec (recipe and task included) and every TrainConfig field."""
+    import dataclasses
+    from posenc.runs.spec import OPTIONAL_TRAIN_FIELDS, TRAIN_FIELDS, key_of
+    base = tiny()
+    d = base.to_dict()
+    assert base.key == key_of(d)
+    for f in dataclasses.fields(RunSpec):
+        assert f.name in d, f.name
+        changed = {**d, f.name: [d[f.name], "changed"]}
+        assert key_of(changed) != base.key, f.name
+    assert set(d["train"]) == set(TRAIN_FIELDS)
+    for name in TRAIN_FIELDS:
+        other = {"steps": 21, "batch_size": 9, "lr": 2e-3, "weight_decay": 0.02, "warmup": 3,
+                 "min_lr_ratio": 0.2, "grad_clip": 0.5, "log_every": 5}[name]
+        assert tiny(**{name: other}).key != base.key, name
+    for name in OPTIONAL_TRAIN_FIELDS:
+        assert tiny(**{name: 64}).key != base.key and name in tiny(**{name: 64}).to_dict()["train"]
+
+
 @pytest.mark.parametrize("bad, match", [
     (dict(train={"stepz": 3}), "unknown settings"),
     (dict(train={"steps": 0}), "steps"),
@@ -1236,3 +1257,22 @@ def test_the_store_writes_files_with_the_mode_a_plain_open_gives(tmp_path):
     plain = tmp_path / "b.json"
     plain.write_text("{}")
     assert os.stat(path).st_mode & 0o777 == os.stat(plain).st_mode & 0o777 == FILE_MODE
+
+
+def test_a_write_that_fails_before_its_rename_leaves_the_old_file_whole_and_no_temporary_file(tmp_path, monkeypatch):
+    """atomic_write writes a temporary file and renames it over `path`: when the rename fails the old record is
+    still there, unchanged, and the temporary file is removed."""
+    from posenc.runs import store as store_module
+    path = store_module.atomic_write(tmp_path / "a.json", '{"old": 1}')
+    written = []
+
+    def failing_replace(src, dst):
+        written.append(open(src).read())
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(store_module.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk gone"):
+        store_module.atomic_write(path, '{"new": 2}')
+    assert written == ['{"new": 2}']                                    # the data was written, then the rename failed
+    assert path.read_text() == '{"old": 1}'
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]

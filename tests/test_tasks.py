@@ -353,3 +353,13 @@ def test_accuracy_by_position_keeps_entry_i_at_item_i():
     assert len(acc) == 8 and all(math.isnan(a) for a in acc[:2]) and acc[2:] == [1.0] * 6
     copy = SyntheticTask("copy", train_length=8)
     assert len(copy.accuracy_by_position(small_model("nope"), 5)) == 5
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_position_labels_each_item_with_its_index(causal):
+    """`position`'s label of the i-th item (counting from 0) is the token N_SPECIAL + i; [BOS] is not asked."""
+    from posenc.tasks.synthetic import N_SPECIAL
+    n = 12
+    x, y = SyntheticTask("position").batch(4, n, gen(), causal=causal)
+    assert (y[:, 0] == IGNORE).all()
+    assert torch.equal(y[:, 1:], (N_SPECIAL + torch.arange(n)).expand(4, n))

@@ -18,7 +18,7 @@ tested up to 4L. Two families:
 | `recall`   | the value stored with a key      | content lookup (+ adjacency) |
 | `kback`    | label_i = x_{i-k}                | relative position            |
 | `index`    | label_i = x_c for i >= c         | absolute position            |
-| `position` | label_i = i                      | absolute position (a probe)  |
+| `position` | label_i = i - 1 (from 0)         | absolute position (a probe)  |
 | `sort`     | y = x sorted                     | content ranking, counting    |
 | `duplicate`| y = x x                          | aligning j with n+1+j, n+j   |
 | `addition` | label_i = digit i of a + b       | the carry from the left      |
