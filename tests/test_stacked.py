@@ -267,6 +267,18 @@ def test_the_runner_stores_stacked_records_close_to_the_ones_run_alone(tmp_path)
             torch.testing.assert_close(rb["nll"], ra["nll"], rtol=1e-5, atol=0)
 
 
+def test_a_stacked_record_holds_its_share_of_the_groups_wall_time(tmp_path, monkeypatch):
+    """K seeds trained together in T seconds: each record says T / K (the cost model refits from records)."""
+    import importlib
+    import types
+    ex = importlib.import_module("posenc.runs.execute")     # the module: posenc.runs.execute is also a function
+    clock = iter([100.0, 112.0])
+    monkeypatch.setattr(ex, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    specs = [spec(s, train={"steps": 2, "batch_size": 4, "log_every": 1, "warmup": 1}) for s in (0, 1, 2)]
+    ex.execute_stacked(specs, Store("ci", tmp_path), "cpu")
+    assert [Store("ci", tmp_path).get(s)["seconds"] for s in specs] == [4.0, 4.0, 4.0]
+
+
 def test_the_runner_stacks_pretraining_seeds(tmp_path):
     specs = [RunSpec(scheme="tupe", task="mlm_cls", task_kwargs={"train_length": 16}, model={"d_model": 32, "n_layers": 1},
                      train={"steps": 4, "batch_size": 4, "log_every": 2, "warmup": 1}, seed=s, recipe="pretrain")

@@ -4,7 +4,7 @@ import torch
 
 import posenc
 from posenc.tasks import SyntheticTask
-from posenc.runs.train import TrainConfig, amp_dtype, lr_factor, train
+from posenc.runs.train import TrainConfig, amp_dtype, lr_factor, step_generator, train
 from conftest import small_model
 
 TASK = SyntheticTask("copy", train_length=6, n_symbols=8)
@@ -68,6 +68,17 @@ def test_resume_after_a_crash_reaches_the_same_numbers(tmp_path, dropout):
     out = train(resumed, TASK, cfg(checkpoint_path=path, checkpoint_every=10))
     assert out.history == ref.history
     assert torch.equal(params(resumed), params(ref_model))
+
+
+def test_a_checkpoint_between_two_log_points_keeps_the_losses_of_the_window(tmp_path):
+    """Checkpoints every 7 steps, logs every 5: the checkpoint at step 21 holds a partial window (steps 20, 21),
+    which the resumed run must average with the rest, so its history equals the uninterrupted run's."""
+    ref = train(fresh(), TASK, cfg())
+    path = str(tmp_path / "ckpt.pt")
+    with pytest.raises(Crash):
+        train(fresh(), CrashingTask(at=23), cfg(checkpoint_path=path, checkpoint_every=7))
+    out = train(fresh(123), TASK, cfg(checkpoint_path=path, checkpoint_every=7))
+    assert out.history == ref.history
 
 
 def test_a_finished_checkpoint_is_not_trained_again(tmp_path):
@@ -267,3 +278,36 @@ def test_results_and_claims_refuse_nan_by_its_place(tmp_path):
         posenc.save_claim("99_t", "ci", "c", "m", "reproduced", results_dir=tmp_path, mean=math.nan)
     posenc.save_claim("99_t", "ci", "c", "m", "reproduced", results_dir=tmp_path, interval=[0.0, math.inf])
     assert posenc.load_claims("ci", results_dir=tmp_path)[0]["interval"] == [0.0, math.inf]
+
+
+def test_every_seed_reads_its_own_batches_for_as_many_steps_as_any_run_takes():
+    """Batches depend on (seed, step) through seed * 1_000_003 + step: no two (seed, step) pairs of the book's
+    runs (seeds below 10, at most a million steps) share a generator seed, so seeds stay independent; the
+    constant is pinned because every stored record's batches depend on it."""
+    steps = (0, 1, 999, 1000, 1001, 2400, 3000, 999_999)
+    seeds = {step_generator(s, t).initial_seed() for s in range(10) for t in steps}
+    assert len(seeds) == 10 * len(steps)
+    assert step_generator(1, 0).initial_seed() == 1_000_003
+
+
+@pytest.mark.parametrize("clip", [1e-3, 1e3])
+def test_a_step_clips_the_gradient_norm_to_grad_clip_and_no_further(clip):
+    """The optimizer sees min(|g|, grad_clip) as the gradient's global norm (clip_grad_norm_ in every step)."""
+    from posenc.model import lm_loss
+    from posenc.runs.train import optimizer_step
+    model = fresh()
+    x, y = TASK.train_batch(16, torch.Generator().manual_seed(0), True)
+    loss_fn = lambda m, x, y: lm_loss(m(x), y)
+    lm_loss(model(x), y).backward()
+    raw = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))
+    seen = []
+
+    class Spy(torch.optim.SGD):
+        def step(self, closure=None):
+            grads = [p.grad.norm() for p in model.parameters() if p.grad is not None]
+            seen.append(torch.linalg.vector_norm(torch.stack(grads)).item())
+            return super().step(closure)
+
+    optimizer_step(model, loss_fn, (x, y, {}), Spy(model.parameters(), lr=0.0),
+                   torch.amp.GradScaler("cuda", enabled=False), None, clip)
+    assert seen[0] == pytest.approx(min(raw.item(), clip), rel=1e-4)
