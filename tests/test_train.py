@@ -311,3 +311,20 @@ def test_a_step_clips_the_gradient_norm_to_grad_clip_and_no_further(clip):
     optimizer_step(model, loss_fn, (x, y, {}), Spy(model.parameters(), lr=0.0),
                    torch.amp.GradScaler("cuda", enabled=False), None, clip)
     assert seen[0] == pytest.approx(min(raw.item(), clip), rel=1e-4)
+
+
+def test_a_logged_loss_is_the_mean_of_its_windows_step_losses_and_final_loss_the_last_windows():
+    """history[k]["loss"] averages the log_every losses of steps (k - 1) * log_every + 1 .. k * log_every."""
+    from posenc.model import lm_loss
+    losses = []
+
+    def loss_fn(m, x, y):
+        loss = lm_loss(m(x), y)
+        losses.append(loss.item())
+        return loss
+
+    out = train(fresh(), TASK, cfg(steps=12, log_every=4), loss_fn=loss_fn)
+    assert [h["step"] for h in out.history] == [4, 8, 12] and len(losses) == 12
+    for k, h in enumerate(out.history):
+        assert h["loss"] == pytest.approx(sum(losses[4 * k: 4 * k + 4]) / 4, rel=1e-6)
+    assert out.final_loss == pytest.approx(out.history[-1]["loss"])
