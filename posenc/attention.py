@@ -72,56 +72,80 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, x: Tensor, scheme: Scheme, ctx: PositionContext, need_weights: bool = False,
+    def forward(self, x: Tensor, scheme: Scheme, ctx: PositionContext,
+                need_weights: bool = False,
                 memory: Tensor | None = None, kv: Tensor | None = None):
-        """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D] adds M earlier keys/values (XL);
-        `kv` [B, T, D] gives the keys and values while x gives only the queries (a decoder pass).
+        """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D]
+        adds M earlier keys/values (XL); `kv` [B, T, D] gives the keys and
+        values while x gives only the queries (a decoder pass).
 
-        `ctx` as `Transformer.context` builds it. A context built by hand (`PositionContext(positions, causal)`)
-        is filled in a copy at every call, the scheme's tables and its shared bias merged with the causal mask
-        (`merge_mask`), and the caller's stays as given: it can serve another scheme or the next step."""
+        `ctx` as `Transformer.context` builds it. A context built by hand
+        (`PositionContext(positions, causal)`) is filled in a copy at every
+        call, the scheme's tables and its shared bias merged with the causal
+        mask (`merge_mask`), and the caller's stays as given: it can serve
+        another scheme or the next step."""
         if not ctx.ready:
             ctx = _filled(scheme, ctx, memory)
         B, T, D = x.shape
-        if scheme.n_heads != self.n_heads or scheme.d_model != D:    # a RoPE for other heads rotates part of each
+        # a RoPE for other heads rotates part of each
+        if scheme.n_heads != self.n_heads or scheme.d_model != D:
             scheme.check_fits("Attention", n_heads=self.n_heads, d_model=D)
         if memory is not None and kv is not None:
             raise ValueError("pass memory or kv, not both")
         source = kv if kv is not None else x
-        if memory is not None:                                     # Transformer-XL: keys = [memory; x]
-            source = torch.cat([memory, x], 1)                     # (B, M+T, D)
-        q, k, v = self.qkv(source).view(B, source.shape[1], 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
-        if kv is not None:                                         # queries from x, with the same W_q
-            q = F.linear(x, self.qkv.weight[:D]).view(B, T, self.n_heads, D // self.n_heads).transpose(1, 2)
-        q = q[:, :, -T:]                                           # 3 x (B, H, T or M+T, Dh)
-        q, k = scheme.layer_transform_qk(q, k, ctx, self.layer)    # hook 2: rotate q, k (this layer's way)
-        mask = ctx.attn_mask                                       # hook 3: (H|1, T, T) bias + causal mask, or None
-        layer_bias = scheme.layer_logit_bias(ctx, self.layer)      # hook 3b: (H|1, T, T) per layer, or None
+        if memory is not None:  # Transformer-XL: keys = [memory; x]
+            source = torch.cat([memory, x], 1)  # (B, M+T, D)
+        q, k, v = self.qkv(source).view(
+            B, source.shape[1], 3, self.n_heads, D // self.n_heads
+        ).permute(2, 0, 3, 1, 4)
+        if kv is not None:  # queries from x, with the same W_q
+            q = F.linear(x, self.qkv.weight[:D]).view(
+                B, T, self.n_heads, D // self.n_heads).transpose(1, 2)
+        q = q[:, :, -T:]  # 3 x (B, H, T or M+T, Dh)
+        # hook 2: rotate q, k (this layer's way)
+        q, k = scheme.layer_transform_qk(q, k, ctx, self.layer)
+        mask = ctx.attn_mask  # hook 3: (H|1, T, T) bias + causal mask, or None
+        # hook 3b: (H|1, T, T) per layer, or None
+        layer_bias = scheme.layer_logit_bias(ctx, self.layer)
         if layer_bias is not None:
             mask = layer_bias if mask is None else mask + layer_bias
-        extra = scheme.extra_logits(q, k, ctx, self.layer)         # hook 4: (B, H, T, T) or None
+        # hook 4: (B, H, T, T) or None
+        extra = scheme.extra_logits(q, k, ctx, self.layer)
         if extra is not None:
             mask = extra if mask is None else mask + extra
         scale, p = scheme.logit_scale(), self.dropout if self.training else 0.0
         causal_only = mask is None and ctx.causal
-        if ctx.score_mod is not None and mask is None and not (need_weights or scheme.uses_extra_values):
-            y, probs = flex_attention(q, k, v, score_mod=ctx.score_mod, block_mask=ctx.block_mask, scale=scale), None
+        if (ctx.score_mod is not None and mask is None
+                and not (need_weights or scheme.uses_extra_values)):
+            y, probs = flex_attention(
+                q, k, v, score_mod=ctx.score_mod,
+                block_mask=ctx.block_mask, scale=scale), None
         elif need_weights or scheme.uses_extra_values:
-            y, probs = explicit_attention(q, k, v, mask, scale, causal_only, 0.0 if scheme.uses_extra_values else p)
+            y, probs = explicit_attention(
+                q, k, v, mask, scale, causal_only,
+                0.0 if scheme.uses_extra_values else p)
             weights = probs
-            if scheme.uses_extra_values and p:                     # one dropped set of weights for both terms
+            # one dropped set of weights for both terms
+            if scheme.uses_extra_values and p:
                 weights = F.dropout(probs, p)
                 y = weights @ v
-            u = scheme.extra_values(weights, ctx, self.layer)      # hook 4: (B, H, T, Dh) or None
+            # hook 4: (B, H, T, Dh) or None
+            u = scheme.extra_values(weights, ctx, self.layer)
             y = y if u is None else y + u
-        elif _stacked(q) and not causal_only:                      # seeds under vmap: SDPA fails there on CUDA
-            y, probs = explicit_attention(q, k, v, _cast(mask, q), scale, False, p)[0], None
-        elif q.device.type == "cpu" and _learns(mask) and torch.is_grad_enabled() and not p:
-            y, probs = learned_bias_attention(q, k, v, _cast(mask, q), scale), None   # SDPA's math path, leaner
+        elif _stacked(q) and not causal_only:
+            # seeds under vmap: SDPA fails there on CUDA
+            y, probs = explicit_attention(q, k, v, _cast(mask, q), scale,
+                                          False, p)[0], None
+        elif (q.device.type == "cpu" and _learns(mask)
+                and torch.is_grad_enabled() and not p):
+            # SDPA's math path, leaner
+            y, probs = learned_bias_attention(q, k, v, _cast(mask, q),
+                                              scale), None
         else:
-            y, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=_cast(mask, q), dropout_p=p,
-                                                      is_causal=causal_only, scale=scale), None
-        y = y.transpose(1, 2).reshape(B, T, D)                     # (B, T, D)
+            y, probs = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=_cast(mask, q), dropout_p=p,
+                is_causal=causal_only, scale=scale), None
+        y = y.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.out(y), probs
 
 

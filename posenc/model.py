@@ -156,24 +156,30 @@ class Transformer(nn.Module):
         """Attention weights of every layer, each [batch, heads, seq, seq] ([CLS] included)."""
         return self.hidden_states(tokens, positions, need_weights=True)[1]
 
-    def forward_segment(self, tokens: Tensor, memory: list[Tensor] | None = None, positions: Tensor | None = None,
-                        mem_len: int | None = None) -> tuple[Tensor, list[Tensor]]:
-        """Transformer-XL's segment-level recurrence: (logits [B, T, vocab], new memory).
+    def forward_segment(
+            self, tokens: Tensor, memory: list[Tensor] | None = None,
+            positions: Tensor | None = None, mem_len: int | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Transformer-XL's segment-level recurrence: (logits [B, T, vocab],
+        new memory).
 
-        `memory` holds, per layer, the inputs [B, M, D] of that block for the M tokens
-        just before this segment (None: no memory). The new memory is the last
-        `mem_len` (default T) rows of [memory; this segment's block inputs], detached:
-        no gradient flows into earlier segments. `positions` [T] are this segment's,
-        default arange(M, M + T); the memory's are the M integers before positions[0].
+        `memory` holds, per layer, the inputs [B, M, D] of that block for the
+        M tokens just before this segment (None: no memory). The new memory is
+        the last `mem_len` (default T) rows of [memory; this segment's block
+        inputs], detached: no gradient flows into earlier segments.
+        `positions` [T] are this segment's, default arange(M, M + T); the
+        memory's are the M integers before positions[0].
         """
         h, _, inputs = self._run(tokens, positions, False, memory)
         mem_len = tokens.shape[1] if mem_len is None else mem_len
         if not isinstance(mem_len, int) or mem_len < 0:
-            raise ValueError(f"mem_len must be a non-negative int; got {mem_len!r}")
+            raise ValueError(
+                f"mem_len must be a non-negative int; got {mem_len!r}")
         new = []
         for m, x in zip(memory or [None] * len(inputs), inputs):
-            full = x if m is None else torch.cat([m, x], 1)           # (B, M+T, D)
-            new.append(full[:, max(0, full.shape[1] - mem_len):].detach())  # stop-gradient (XL, sec. 3.2)
+            full = x if m is None else torch.cat([m, x], 1)  # (B, M+T, D)
+            # stop-gradient (XL, sec. 3.2)
+            new.append(full[:, max(0, full.shape[1] - mem_len):].detach())
         return self.head(h), new
 
     def hidden_states(self, tokens: Tensor, positions: Tensor | None = None, need_weights: bool = False):

@@ -442,6 +442,9 @@ def test_learned_bias_models_train_through_the_lean_path_with_sdpas_gradients(mo
     ("floater", {"delta": float("inf")}, "delta must be a finite number > 0"),
     ("floater", {"delta": "0.1"}, "delta must be"),
     ("floater", {"hidden": 0}, "hidden must be a positive int or None"),
+    ("floater", {"hidden": True}, r"hidden must be a positive int or None \(d_model\); got True"),
+    ("floater", {"max_position": 0}, r"max_position must be a positive int or None \(no limit\); got 0"),
+    ("floater", {"max_position": 2.5}, "max_position must be a positive int or None"),
 ])
 def test_options_that_made_every_output_nan_are_refused_by_name(scheme, kwargs, match):
     """Each of these used to build a model whose logits were all NaN (or to fail deep inside torch)."""

@@ -182,42 +182,55 @@ def build_untrained(spec) -> torch.nn.Module:
 
 @recipe("learned_extension")
 def learned_extension(spec, device: str = "cpu") -> dict:
-    """Chapter 01: a learned table trained on n <= L, then extended to 2L three ways and fine-tuned.
+    """Chapter 01: a learned table trained on n <= L, then extended to 2L
+    three ways and fine-tuned.
 
-    Rows: one {"stage": "base", acc_L, acc_2L_clamped (the last row reused past L)}, then
-    {"stage": "recovery", init, steps, acc_2L, acc_L} after every chunk of fine-tuning on
-    n <= 2L, for each init in options["inits"] (random, copy, interpolate).
+    Rows: one {"stage": "base", acc_L, acc_2L_clamped (the last row reused
+    past L)}, then {"stage": "recovery", init, steps, acc_2L, acc_L} after
+    every chunk of fine-tuning on n <= 2L, for each init in options["inits"]
+    (random, copy, interpolate).
     """
     import copy
     from ..schemes.absolute import extend_learned_table
     from ..tasks import SyntheticTask
     from .train import train
-    opts = {"chunk": 25, "chunks": 6, "inits": ["random", "copy", "interpolate"], "lr": 2e-3, **spec.options}
+    opts = {"chunk": 25, "chunks": 6,
+            "inits": ["random", "copy", "interpolate"], "lr": 2e-3,
+            **spec.options}
     task = make_task(spec.task, **spec.task_kwargs)
     L = task.train_length
-    long_task = SyntheticTask(**{**spec.task_kwargs, "train_length": 2 * L, "max_eval_factor": 1})
+    long_task = SyntheticTask(**{**spec.task_kwargs, "train_length": 2 * L,
+                                 "max_eval_factor": 1})
     out = sequence(spec, device)
     base = out["model"]
     dev = next(base.parameters()).device
-    base.scheme.overflow = "clamp"                       # only to measure 2L: reuse the last row
+    base.scheme.overflow = "clamp"  # only to measure 2L: reuse the last row
     clamped = task.evaluate(base, 2 * L, device=dev)["accuracy"]
     base.scheme.overflow = "error"
-    rows = [{"stage": "base", "acc_L": out["table"][0]["accuracy"], "acc_2L_clamped": clamped,
-             "table_rows": base.scheme.max_len}]
+    rows = [{"stage": "base", "acc_L": out["table"][0]["accuracy"],
+             "acc_2L_clamped": clamped, "table_rows": base.scheme.max_len}]
 
     def both(model):
-        return {"acc_2L": long_task.evaluate(model, 2 * L, n_samples=128, device=dev)["accuracy"],
-                "acc_L": long_task.evaluate(model, L, n_samples=128, device=dev)["accuracy"]}
+        return {"acc_2L": long_task.evaluate(model, 2 * L, n_samples=128,
+                                             device=dev)["accuracy"],
+                "acc_L": long_task.evaluate(model, L, n_samples=128,
+                                            device=dev)["accuracy"]}
 
     for init in opts["inits"]:
         model = copy.deepcopy(base)
-        extend_learned_table(model, long_task.seq_len(2 * L, causal=True), init)
-        rows.append({"stage": "recovery", "init": init, "steps": 0, **both(model)})
+        extend_learned_table(model, long_task.seq_len(2 * L, causal=True),
+                             init)
+        rows.append({"stage": "recovery", "init": init, "steps": 0,
+                     **both(model)})
         for c in range(opts["chunks"]):
-            cfg = TrainConfig(steps=opts["chunk"], batch_size=spec.train["batch_size"], lr=opts["lr"], warmup=1,
-                              min_lr_ratio=1.0, seed=1000 * (c + 1) + spec.seed, progress=False, device=device)
+            cfg = TrainConfig(steps=opts["chunk"],
+                              batch_size=spec.train["batch_size"],
+                              lr=opts["lr"], warmup=1, min_lr_ratio=1.0,
+                              seed=1000 * (c + 1) + spec.seed,
+                              progress=False, device=device)
             train(model, long_task, cfg)
-            rows.append({"stage": "recovery", "init": init, "steps": (c + 1) * opts["chunk"], **both(model)})
+            rows.append({"stage": "recovery", "init": init,
+                         "steps": (c + 1) * opts["chunk"], **both(model)})
     return {**out, "table": rows}
 
 
@@ -271,78 +284,102 @@ def classify(spec, device: str = "cpu") -> Training:
 
 @recipe("rope_extension")
 def rope_extension(spec, device: str = "cpu") -> dict:
-    """Chapter 11: a RoPE LM trained at L (the `sequence` recipe: the same numbers on a CPU; a GPU's kernels may
-    differ in the last digits from one run to another), then extended to 4L.
+    """Chapter 11: a RoPE LM trained at L (the `sequence` recipe: the same
+    numbers on a CPU; a GPU's kernels may differ in the last digits from one
+    run to another), then extended to 4L.
 
-    Variants: position interpolation (PI) and NTK-aware scaling by options["factor"], each with
-    and without a short fine-tune on windows of 4L (options ft_steps, ft_batch), and plain RoPE
-    fine-tuned. Rows: {variant, length, x_train, <LM metrics>} at spec.lengths.
+    Variants: position interpolation (PI) and NTK-aware scaling by
+    options["factor"], each with and without a short fine-tune on windows of
+    4L (options ft_steps, ft_batch), and plain RoPE fine-tuned. Rows:
+    {variant, length, x_train, <LM metrics>} at spec.lengths.
     """
     import copy
     from .evaluate import length_table
     from .train import train
-    opts = {"factor": 4, "ft_steps": 40, "ft_batch": 8, "ft_lr": 1e-3, **spec.options}
+    opts = {"factor": 4, "ft_steps": 40, "ft_batch": 8, "ft_lr": 1e-3,
+            **spec.options}
     base = sequence(spec, device)
     corpus = make_task(spec.task, **spec.task_kwargs)
-    long_corpus = make_task(spec.task, **{**spec.task_kwargs, "train_length": 4 * corpus.train_length})
+    long_corpus = make_task(spec.task, **{
+        **spec.task_kwargs, "train_length": 4 * corpus.train_length})
 
     def variant(scaling, factor, finetune):
         m = copy.deepcopy(base["model"])
         m.scheme.set_scaling(scaling, factor)
         if finetune:
-            cfg = TrainConfig(steps=opts["ft_steps"], batch_size=opts["ft_batch"], lr=opts["ft_lr"], warmup=5,
-                              log_every=10, seed=spec.seed + 100, progress=False, device=device)
+            cfg = TrainConfig(steps=opts["ft_steps"],
+                              batch_size=opts["ft_batch"], lr=opts["ft_lr"],
+                              warmup=5, log_every=10, seed=spec.seed + 100,
+                              progress=False, device=device)
             train(m, long_corpus, cfg)
         return m
 
     f = opts["factor"]
-    variants = {f"RoPE + PI x{f}": ("pi", f, False), f"RoPE + NTK x{f}": ("ntk", f, False),
-                f"RoPE, fine-tuned at {f}L": (None, 1, True), f"RoPE + PI x{f}, fine-tuned": ("pi", f, True),
+    variants = {f"RoPE + PI x{f}": ("pi", f, False),
+                f"RoPE + NTK x{f}": ("ntk", f, False),
+                f"RoPE, fine-tuned at {f}L": (None, 1, True),
+                f"RoPE + PI x{f}, fine-tuned": ("pi", f, True),
                 f"RoPE + NTK x{f}, fine-tuned": ("ntk", f, True)}
     rows = [{"variant": "rope", **r} for r in base["table"]]
     for name, args in variants.items():
-        rows += [{"variant": name, **r} for r in length_table(variant(*args), corpus, spec.lengths, **spec.eval)]
+        rows += [{"variant": name, **r}
+                 for r in length_table(variant(*args), corpus, spec.lengths,
+                                       **spec.eval)]
     return {**base, "table": rows}
 
 
 @recipe("rope_scalings")
 def rope_scalings(spec, device: str = "cpu") -> dict:
-    """Chapter 16: a RoPE model trained on its task at L, then read under other frequencies, with and without
-    a short fine-tune at a longer length.
+    """Chapter 16: a RoPE model trained on its task at L, then read under
+    other frequencies, with and without a short fine-tune at a longer length.
 
-    The base model is the `sequence` recipe's (same training, the same numbers on a CPU: chapter 11's RoPE LM
-    with this recipe trains the very same model; a GPU may differ in the last digits between runs). options:
-        variants: [[name, scaling, params, finetune], ...]: a copy of the base model gets
-            `scheme.set_scaling(scaling, factor, **params)` (scaling None: as trained), and with finetune
-            ft_steps steps of ft_batch sequences of up to ft_factor * L at lr ft_lr. A rope_type that takes
-            original_max_position_embeddings gets the task's training length L unless params give it.
-        factor: s for set_scaling (4); ft_factor: the fine-tuning length as a multiple of L (factor).
-        grid: {"depths": [...], "n_samples": n}: for a task with `evaluate_grid` (passkey), score every
-            (length, depth) cell at spec.lengths instead of `task.evaluate` at each length.
-        eval_positions: with train random_positions, "ordinary", "random" or "both", as in `sequence`.
-    Rows: {variant, scaling, finetuned, [positions], length, x_train, [depth], <task metrics>}, the base
-    model's first (variant "as trained").
+    The base model is the `sequence` recipe's (same training, the same
+    numbers on a CPU: chapter 11's RoPE LM with this recipe trains the very
+    same model; a GPU may differ in the last digits between runs). options:
+        variants: [[name, scaling, params, finetune], ...]: a copy of the
+            base model gets `scheme.set_scaling(scaling, factor, **params)`
+            (scaling None: as trained), and with finetune ft_steps steps of
+            ft_batch sequences of up to ft_factor * L at lr ft_lr. A
+            rope_type that takes original_max_position_embeddings gets the
+            task's training length L unless params give it.
+        factor: s for set_scaling (4); ft_factor: the fine-tuning length as
+            a multiple of L (factor).
+        grid: {"depths": [...], "n_samples": n}: for a task with
+            `evaluate_grid` (passkey), score every (length, depth) cell at
+            spec.lengths instead of `task.evaluate` at each length.
+        eval_positions: with train random_positions, "ordinary", "random"
+            or "both", as in `sequence`.
+    Rows: {variant, scaling, finetuned, [positions], length, x_train,
+    [depth], <task metrics>}, the base model's first (variant "as trained").
     """
     import copy
     from .evaluate import length_table
     from .train import RandomPositions, amp_dtype, train
-    opts = {"factor": 4, "ft_steps": 40, "ft_batch": 8, "ft_lr": 1e-3, "variants": [], **spec.options}
+    opts = {"factor": 4, "ft_steps": 40, "ft_batch": 8, "ft_lr": 1e-3,
+            "variants": [], **spec.options}
     task = make_task(spec.task, **spec.task_kwargs)
-    L, grid, mode = task.train_length, opts.get("grid"), opts.get("eval_positions")
-    if mode is not None and (mode not in EVAL_POSITIONS or not spec.train.get("random_positions")):
-        raise ValueError(f"options['eval_positions'] must be one of {EVAL_POSITIONS} and needs train "
-                         f"random_positions; got {mode!r} with random_positions={spec.train.get('random_positions')}")
+    L, grid, mode = (task.train_length, opts.get("grid"),
+                     opts.get("eval_positions"))
+    if mode is not None and (mode not in EVAL_POSITIONS
+                             or not spec.train.get("random_positions")):
+        raise ValueError(
+            f"options['eval_positions'] must be one of {EVAL_POSITIONS} "
+            f"and needs train random_positions; got {mode!r} "
+            f"with random_positions={spec.train.get('random_positions')}")
     ft_length = int(opts.get("ft_factor", opts["factor"]) * L)
-    long_task = make_task(spec.task, **{**spec.task_kwargs, "train_length": ft_length})
+    long_task = make_task(spec.task, **{**spec.task_kwargs,
+                                        "train_length": ft_length})
     if grid is None:
-        base = sequence(spec, device)                      # trains, and scores at spec.lengths
+        base = sequence(spec, device)  # trains, and scores at spec.lengths
     else:
         model_kwargs = {k: v for k, v in spec.model.items() if k != "causal"}
         if model_max_len(spec, task) is not None:
             model_kwargs["max_len"] = model_max_len(spec, task)
-        out = run(spec.scheme, task, train_config(spec, device), causal=spec.model["causal"], model_kwargs=model_kwargs,
+        out = run(spec.scheme, task, train_config(spec, device),
+                  causal=spec.model["causal"], model_kwargs=model_kwargs,
                   label={})
-        base = {"model": out["model"], "history": out["result"].history, "final_loss": out["result"].final_loss}
+        base = {"model": out["model"], "history": out["result"].history,
+                "final_loss": out["result"].final_loss}
     dev = next(base["model"].parameters()).device
 
     def score(model, lengths) -> list:
@@ -350,20 +387,25 @@ def rope_scalings(spec, device: str = "cpu") -> dict:
             return list(length_table(model, task, lengths, **spec.eval))
         dtype = amp_dtype("auto", dev)
         with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
-            return list(task.evaluate_grid(model, lengths, grid["depths"], n_samples=grid["n_samples"],
-                                           seed=spec.eval.get("seed", 0), device=dev))
+            return list(task.evaluate_grid(
+                model, lengths, grid["depths"], n_samples=grid["n_samples"],
+                seed=spec.eval.get("seed", 0), device=dev))
 
     def scored(model) -> list:
-        """Rows at positions 0..n-1 and/or at randomized ones (`RandomPositions`, seeded per length)."""
+        """Rows at positions 0..n-1 and/or at randomized ones
+        (`RandomPositions`, seeded per length)."""
         model.eval()
         if mode is None:
             return score(model, spec.lengths)
-        rows = [{"positions": "0..n-1", **r} for r in score(model, spec.lengths)] if mode != "random" else []
+        rows = ([{"positions": "0..n-1", **r}
+                 for r in score(model, spec.lengths)]
+                if mode != "random" else [])
         if mode != "ordinary":
             m, seed = spec.train["random_positions"], spec.eval.get("seed", 0)
             for n in spec.lengths:
                 wrapped = RandomPositions(model, m, seed=1_000_003 * seed + n)
-                rows += [{"positions": "random", **r} for r in score(wrapped, [n])]
+                rows += [{"positions": "random", **r}
+                         for r in score(wrapped, [n])]
         return rows
 
     def variant(scaling, params, finetune):
@@ -374,15 +416,19 @@ def rope_scalings(spec, device: str = "cpu") -> dict:
                 params.setdefault("original_max_position_embeddings", L)
             m.scheme.set_scaling(scaling, opts["factor"], **params)
         if finetune:
-            cfg = TrainConfig(steps=opts["ft_steps"], batch_size=opts["ft_batch"], lr=opts["ft_lr"], warmup=5,
-                              log_every=10, seed=spec.seed + 100, progress=False, device=device)
+            cfg = TrainConfig(steps=opts["ft_steps"],
+                              batch_size=opts["ft_batch"], lr=opts["ft_lr"],
+                              warmup=5, log_every=10, seed=spec.seed + 100,
+                              progress=False, device=device)
             train(m, long_task, cfg)
         return m
 
     as_trained = base["table"] if grid is None else scored(base["model"])
-    rows = [{"variant": "as trained", "scaling": None, "finetuned": False, **r} for r in as_trained]
+    rows = [{"variant": "as trained", "scaling": None, "finetuned": False, **r}
+            for r in as_trained]
     for name, scaling, params, finetune in opts["variants"]:
-        rows += [{"variant": name, "scaling": scaling, "finetuned": bool(finetune), **r}
+        rows += [{"variant": name, "scaling": scaling,
+                  "finetuned": bool(finetune), **r}
                  for r in scored(variant(scaling, params, finetune))]
     return {**base, "table": rows}
 

@@ -17,13 +17,17 @@ import torch.nn.functional as F
 from ..model import IGNORE, lm_loss
 
 
-def segment_loss(model, inputs, targets, segment: int, mem_len: int | None = None):
-    """Mean next-token loss over [B, n*segment] windows read as n segments in order, memory carried."""
+def segment_loss(model, inputs, targets, segment: int,
+                 mem_len: int | None = None):
+    """Mean next-token loss over [B, n*segment] windows read as n segments in
+    order, memory carried."""
     if inputs.shape[1] % segment:
-        raise ValueError(f"segment={segment} must divide the window length {inputs.shape[1]}")
+        raise ValueError(f"segment={segment} must divide the window length "
+                         f"{inputs.shape[1]}")
     memory, losses = None, []
     for x, y in zip(inputs.split(segment, 1), targets.split(segment, 1)):
-        logits, memory = model.forward_segment(x, memory, mem_len=segment if mem_len is None else mem_len)
+        logits, memory = model.forward_segment(
+            x, memory, mem_len=segment if mem_len is None else mem_len)
         losses.append(lm_loss(logits, y))
     return torch.stack(losses).mean()
 

@@ -153,23 +153,29 @@ RESUME_FIELDS = ("steps", "batch_size", "lr", "weight_decay", "warmup", "min_lr_
                  "log_every", "amp", "random_positions")
 
 
-def random_positions(n: int, max_position: int, generator: torch.Generator) -> torch.Tensor:
-    """Randomized positions (Ruoss et al. 2023, section 3): a sorted random subset of size n of [0, M).
+def random_positions(n: int, max_position: int,
+                     generator: torch.Generator) -> torch.Tensor:
+    """Randomized positions (Ruoss et al. 2023, section 3): a sorted random
+    subset of size n of [0, M).
 
-        p = sort(S),  S ~ Uniform{ S subset of {0, ..., M-1} : |S| = n }     (M = max_position)
+        p = sort(S),  S ~ Uniform{ S subset of {0, ..., M-1} : |S| = n }
+                      (M = max_position)
 
-    drawn as the first n entries of a random permutation of 0..M-1 (every subset equally likely),
-    so p_1 < p_2 < ... < p_n: the order of the tokens is kept, only the gaps are random. Returns
-    a long tensor [n]. One draw serves the whole batch: the model takes one positions vector
-    [seq] per forward (the paper's Figure 1 draws one per sequence; its code, like ours, one per
-    call).
+    drawn as the first n entries of a random permutation of 0..M-1 (every
+    subset equally likely), so p_1 < p_2 < ... < p_n: the order of the tokens
+    is kept, only the gaps are random. Returns a long tensor [n]. One draw
+    serves the whole batch: the model takes one positions vector [seq] per
+    forward (the paper's Figure 1 draws one per sequence; its code, like
+    ours, one per call).
     """
     for arg, value in (("n", n), ("max_position", max_position)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{arg} must be an int; got {value!r}")
     if not 0 <= n <= max_position:
-        raise ValueError(f"random_positions (max_position) = {max_position} must be >= the sequence length: "
-                         f"n={n} distinct positions are drawn from [0, {max_position})")
+        raise ValueError(
+            f"random_positions (max_position) = {max_position} "
+            f"must be >= the sequence length: "
+            f"n={n} distinct positions are drawn from [0, {max_position})")
     return torch.randperm(max_position, generator=generator)[:n].sort().values
 
 

@@ -36,35 +36,51 @@ from ..scheme import PositionContext, Scheme, whole_distances
 from .alibi import alibi_slopes  # noqa: F401  (contract: `posenc.bias.alibi_slopes`; ALiBi lives in posenc.alibi)
 
 
-def t5_bucket(relative_position: Tensor, bidirectional: bool = True, num_buckets: int = 32,
-              max_distance: int = 128) -> Tensor:
-    """T5's bucket id (long, same shape) of each relative_position = key_pos - query_pos (contract)."""
-    if not isinstance(relative_position, Tensor) or relative_position.is_floating_point() or relative_position.is_complex() \
-            or relative_position.dtype == torch.bool:
-        raise TypeError("relative_position must be an integer tensor (key_pos - query_pos)")
+def t5_bucket(relative_position: Tensor, bidirectional: bool = True,
+              num_buckets: int = 32, max_distance: int = 128) -> Tensor:
+    """T5's bucket id (long, same shape) of each
+    relative_position = key_pos - query_pos (contract)."""
+    if (not isinstance(relative_position, Tensor) or
+            relative_position.is_floating_point() or
+            relative_position.is_complex() or
+            relative_position.dtype == torch.bool):
+        raise TypeError("relative_position must be an integer tensor "
+                        "(key_pos - query_pos)")
     if not isinstance(bidirectional, bool):
-        raise TypeError(f"bidirectional must be True or False; got {bidirectional!r}")
+        raise TypeError(
+            f"bidirectional must be True or False; got {bidirectional!r}")
     if isinstance(num_buckets, bool) or not isinstance(num_buckets, int):
-        raise ValueError(f"num_buckets must be an int >= {4 if bidirectional else 2}; got {num_buckets!r}")
-    half = num_buckets // 2 if bidirectional else num_buckets                 # buckets per sign
+        raise ValueError(
+            f"num_buckets must be an int >= {4 if bidirectional else 2}; "
+            f"got {num_buckets!r}")
+    # buckets per sign
+    half = num_buckets // 2 if bidirectional else num_buckets
     if half < 2:
-        raise ValueError(f"num_buckets must be an int >= {4 if bidirectional else 2}; got {num_buckets!r}")
-    exact = half // 2                                                         # m: one bucket per distance below m
+        raise ValueError(
+            f"num_buckets must be an int >= {4 if bidirectional else 2}; "
+            f"got {num_buckets!r}")
+    exact = half // 2  # m: one bucket per distance below m
     if not isinstance(max_distance, int) or max_distance <= exact:
-        raise ValueError(f"max_distance must be an int > {exact} (num_buckets/4 or /2); got {max_distance!r}")
+        raise ValueError(
+            f"max_distance must be an int > {exact} (num_buckets/4 or /2); "
+            f"got {max_distance!r}")
     rel = relative_position.long()
     if bidirectional:
-        offset, n = (rel > 0).long() * half, rel.abs()                       # keys after the query: upper half
+        # keys after the query: upper half
+        offset, n = (rel > 0).long() * half, rel.abs()
     else:
-        offset, n = torch.zeros_like(rel), (-rel).clamp(min=0)                # future keys -> bucket 0
-    log_ratio = torch.log(n.float() / exact) / math.log(max_distance / exact)  # float32, as in T5
+        # future keys -> bucket 0
+        offset, n = torch.zeros_like(rel), (-rel).clamp(min=0)
+    # float32, as in T5
+    log_ratio = torch.log(n.float() / exact) / math.log(max_distance / exact)
     large = (exact + (log_ratio * (half - exact)).long()).clamp(max=half - 1)
     return offset + torch.where(n < exact, n, large)
 
 
 @register("t5")
 class T5Bias(Scheme):
-    """One learned scalar per (head, bucket), shared by all layers, added to the scaled logits.
+    """One learned scalar per (head, bucket), shared by all layers, added to
+    the scaled logits.
 
     Args:
         num_buckets: the bucket map's N (T5: 32).
@@ -74,40 +90,53 @@ class T5Bias(Scheme):
 
     shift_invariant = True
 
-    supports_memory = True  # works with Transformer-XL's memory (keys longer than queries)
+    # works with Transformer-XL's memory (keys longer than queries)
+    supports_memory = True
 
-    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool | None = None, **kw):
+    def __init__(self, *, num_buckets: int = 32, max_distance: int = 128,
+                 bidirectional: bool | None = None, **kw):
         super().__init__(**kw)
-        self.bidirectional = (not self.causal) if bidirectional is None else bidirectional
-        t5_bucket(torch.zeros(1, dtype=torch.long), self.bidirectional, num_buckets, max_distance)  # validate
+        self.bidirectional = ((not self.causal) if bidirectional is None
+                              else bidirectional)
+        # validate
+        t5_bucket(torch.zeros(1, dtype=torch.long), self.bidirectional,
+                  num_buckets, max_distance)
         self.num_buckets, self.max_distance = num_buckets, max_distance
-        self.bias = nn.Embedding(num_buckets, self.n_heads)                    # b_h[bucket]
+        self.bias = nn.Embedding(num_buckets, self.n_heads)  # b_h[bucket]
 
     def prepare(self, ctx: PositionContext) -> dict:
         q_pos, k_pos = ctx.positions, key_positions(ctx)
         n = len(q_pos)
-        if k_pos is q_pos and ctx.consecutive_start() is not None:            # one bucket per distance j - i
-            rel = torch.arange(1 - n, n, device=q_pos.device)                  # (2n - 1,)
-            return {"t5_distance_buckets": t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)}
-        rel = k_pos[None, :] - q_pos[:, None]                                  # (Q, K) j - i
+        # one bucket per distance j - i
+        if k_pos is q_pos and ctx.consecutive_start() is not None:
+            rel = torch.arange(1 - n, n, device=q_pos.device)  # (2n - 1,)
+            return {"t5_distance_buckets": t5_bucket(
+                rel, self.bidirectional, self.num_buckets, self.max_distance)}
+        rel = k_pos[None, :] - q_pos[:, None]  # (Q, K) j - i
         rel = whole_distances(rel, "T5's buckets")
-        return {"t5_buckets": t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)}
+        return {"t5_buckets": t5_bucket(
+            rel, self.bidirectional, self.num_buckets, self.max_distance)}
 
     def score_mod(self, ctx: PositionContext):
-        """b_h[bucket(j - i)] read from the (2n - 1, H) table of distances (FlexAttention); None for
-        positions that are not consecutive integers (then the model builds the [H, Q, K] bias)."""
+        """b_h[bucket(j - i)] read from the (2n - 1, H) table of distances
+        (FlexAttention); None for positions that are not consecutive integers
+        (then the model builds the [H, Q, K] bias)."""
         if "t5_distance_buckets" not in ctx.tables:
             return None
-        table, n = self.bias(ctx.tables["t5_distance_buckets"]), ctx.seq_len         # (2n - 1, H)
+        # (2n - 1, H)
+        table, n = self.bias(ctx.tables["t5_distance_buckets"]), ctx.seq_len
 
         def t5(score, b, h, q_idx, kv_idx):
             return score + table[kv_idx - q_idx + n - 1, h]
         return t5
 
     def logit_bias(self, ctx: PositionContext) -> Tensor:
-        if "t5_distance_buckets" in ctx.tables:                                # Toeplitz: b[h, i, j] = v[h, j - i + n - 1]
-            v = self.bias(ctx.tables["t5_distance_buckets"]).T                 # (H, 2n - 1)
+        # Toeplitz: b[h, i, j] = v[h, j - i + n - 1]
+        if "t5_distance_buckets" in ctx.tables:
+            v = self.bias(ctx.tables["t5_distance_buckets"]).T  # (H, 2n - 1)
             n = ctx.seq_len
-            return v.unfold(1, n, 1).flip(1)                                   # [h, a, j] = v[h, a + j], a = n - 1 - i
-        return self.bias(ctx.tables["t5_buckets"]).permute(2, 0, 1)           # (H, Q, K)
+            # [h, a, j] = v[h, a + j], a = n - 1 - i
+            return v.unfold(1, n, 1).flip(1)
+        # (H, Q, K)
+        return self.bias(ctx.tables["t5_buckets"]).permute(2, 0, 1)
 

@@ -35,18 +35,24 @@ from ..scheme import PositionContext, Scheme
 
 
 # -- the embedding ------------------------------------------------------------------
-def complex_order_embedding(amplitude: Tensor, frequency: Tensor, phase: Tensor, positions: Tensor) -> Tensor:
-    """f = r * exp(i (w * pos + theta)): r, w, theta [..., seq, D], positions [seq] -> complex [..., seq, D].
+def complex_order_embedding(amplitude: Tensor, frequency: Tensor,
+                            phase: Tensor, positions: Tensor) -> Tensor:
+    """f = r * exp(i (w * pos + theta)): r, w, theta [..., seq, D],
+    positions [seq] -> complex [..., seq, D].
 
-    Angles are computed in float32 at least (float64 if the inputs are float64).
+    Angles are computed in float32 at least (float64 if the inputs are
+    float64).
     """
     if positions.dim() != 1 or positions.shape[0] != amplitude.shape[-2]:
-        raise ValueError(f"positions must be 1-D [seq={amplitude.shape[-2]}]; got {tuple(positions.shape)}")
+        raise ValueError(f"positions must be 1-D [seq={amplitude.shape[-2]}]; "
+                         f"got {tuple(positions.shape)}")
     if amplitude.is_complex() or frequency.is_complex() or phase.is_complex():
         raise TypeError("amplitude, frequency and phase must be real tensors")
     dtype = torch.promote_types(amplitude.dtype, torch.float32)
-    angle = frequency.to(dtype) * positions.to(dtype)[:, None] + phase.to(dtype)      # (..., T, D)
-    return torch.polar(amplitude.to(dtype), angle)                                   # r e^{i angle}
+    # (..., T, D)
+    angle = (frequency.to(dtype) * positions.to(dtype)[:, None]
+             + phase.to(dtype))
+    return torch.polar(amplitude.to(dtype), angle)              # r e^{i angle}
 
 
 def shared_frequencies(dim: int, base: float = 10000.0) -> Tensor:
@@ -123,7 +129,8 @@ class ComplexOrderEmbedding(nn.Module):
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """tokens [B, T] long, positions [T] -> complex [B, T, dim]."""
-        return complex_order_embedding(self.lookup("amplitude", tokens), self.lookup("frequency", tokens),
+        return complex_order_embedding(self.lookup("amplitude", tokens),
+                                       self.lookup("frequency", tokens),
                                        self.lookup("phase", tokens), positions)
 
 
@@ -153,10 +160,14 @@ class ComplexOrder(Scheme):
         return w if self.word_freq is None else w + self.word_freq(x)
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
-        z = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)).contiguous())     # (B, T, D/2) r e^{i theta}
-        angle = self.frequencies(x).float() * ctx.positions.float()[:, None]        # (B, T, D/2) w_j pos
-        rotated = z * torch.polar(torch.ones_like(angle), angle)                     # f(j, pos)
-        return torch.view_as_real(rotated).flatten(-2).to(x.dtype)                  # (B, T, D) interleaved
+        # (B, T, D/2) r e^{i theta}
+        z = torch.view_as_complex(
+            x.float().unflatten(-1, (-1, 2)).contiguous())
+        # (B, T, D/2) w_j pos
+        angle = self.frequencies(x).float() * ctx.positions.float()[:, None]
+        rotated = z * torch.polar(torch.ones_like(angle), angle)  # f(j, pos)
+        # (B, T, D) interleaved
+        return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
 
 
 # -- complex layers -------------------------------------------------------------------
@@ -218,9 +229,11 @@ class ComplexAttention(nn.Module):
         self.out = ComplexLinear(dim, dim, bias=False)
 
     def weights(self, q: Tensor, k: Tensor) -> Tensor:
-        """Softmax attention weights [B, H, T, T] (real) from complex q, k [B, H, T, Dh]."""
-        s = q @ k.conj().transpose(-2, -1)                                           # (B, H, T, T) complex
-        a = (s.abs() if self.score == "modulus" else s.real) / math.sqrt(q.shape[-1])
+        """Softmax attention weights [B, H, T, T] (real) from complex q, k
+        [B, H, T, Dh]."""
+        s = q @ k.conj().transpose(-2, -1)              # (B, H, T, T) complex
+        a = ((s.abs() if self.score == "modulus" else s.real)
+             / math.sqrt(q.shape[-1]))
         return a.softmax(-1)
 
     def forward(self, z: Tensor, need_weights: bool = False):

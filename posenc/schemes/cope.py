@@ -63,52 +63,66 @@ def _wide(x: Tensor) -> torch.dtype:
 
 
 def cope_gates(q: Tensor, k: Tensor, scale: float) -> Tensor:
-    """g_ij = sigmoid(scale * q_i . k_j) for key j at or before query i, else 0, eq. (3).
+    """g_ij = sigmoid(scale * q_i . k_j) for key j at or before query i,
+    else 0, eq. (3).
 
-    q [..., Q, d], k [..., K, d] -> [..., Q, K] in at least float32; queries are the last Q keys
-    (right-aligned, as `posenc.attention.causal_mask`).
+    q [..., Q, d], k [..., K, d] -> [..., Q, K] in at least float32; queries
+    are the last Q keys (right-aligned, as `posenc.attention.causal_mask`).
     """
     if not (isinstance(q, Tensor) and isinstance(k, Tensor)):
-        raise TypeError(f"q and k must be tensors; got {_describe(q)} and {_describe(k)}")
+        raise TypeError(f"q and k must be tensors; "
+                        f"got {_describe(q)} and {_describe(k)}")
     if q.dim() < 2 or k.dim() < 2 or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must be [..., seq, d] with the same d; got {tuple(q.shape)} and {tuple(k.shape)}")
+        raise ValueError(f"q and k must be [..., seq, d] with the same d; "
+                         f"got {tuple(q.shape)} and {tuple(k.shape)}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float, Tensor)):
-        raise TypeError(f"scale must be a number (1/sqrt(d) in CoPE); got {scale!r}")
+        raise TypeError(f"scale must be a number (1/sqrt(d) in CoPE); "
+                        f"got {scale!r}")
     if not isinstance(scale, Tensor) and not math.isfinite(scale):
         raise ValueError(f"scale must be finite; got {scale!r}")
     q_len, k_len = q.shape[-2], k.shape[-2]
     if q_len > k_len:
-        raise ValueError(f"q must not have more positions than k; got {q_len} queries and {k_len} keys")
-    logits = (q @ k.transpose(-2, -1)).to(_wide(q)) * scale                   # (.., Q, K)
-    after = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).triu(k_len - q_len + 1)
-    return logits.sigmoid().masked_fill(after, 0.0)                            # (.., Q, K) zero after the query
+        raise ValueError(f"q must not have more positions than k; "
+                         f"got {q_len} queries and {k_len} keys")
+    logits = (q @ k.transpose(-2, -1)).to(_wide(q)) * scale  # (.., Q, K)
+    after = (torch.ones(q_len, k_len, dtype=torch.bool, device=q.device)
+             .triu(k_len - q_len + 1))
+    # (.., Q, K) zero after the query
+    return logits.sigmoid().masked_fill(after, 0.0)
 
 
 def contextual_positions(gates: Tensor) -> Tensor:
-    """p_ij = sum_{t >= j} g_it (eq. 4 when gates after the query are 0): the flipped cumsum over keys.
+    """p_ij = sum_{t >= j} g_it (eq. 4 when gates after the query are 0):
+    the flipped cumsum over keys.
 
     gates [..., Q, K] (`cope_gates`) -> [..., Q, K]."""
-    if not isinstance(gates, Tensor) or gates.dim() < 2 or not gates.is_floating_point():
-        raise ValueError(f"gates must be a float tensor [..., Q, K] (cope_gates' output); got {_describe(gates)}"
-                         + (f" of {gates.dtype}" if isinstance(gates, Tensor) else ""))
-    return gates.flip(-1).cumsum(-1).flip(-1)                                  # (.., Q, K)
+    if (not isinstance(gates, Tensor) or gates.dim() < 2
+            or not gates.is_floating_point()):
+        raise ValueError(
+            f"gates must be a float tensor [..., Q, K] (cope_gates' output); "
+            f"got {_describe(gates)}"
+            + (f" of {gates.dtype}" if isinstance(gates, Tensor) else ""))
+    return gates.flip(-1).cumsum(-1).flip(-1)  # (.., Q, K)
 
 
 def interpolate_logits(z: Tensor, positions: Tensor) -> Tensor:
-    """q_i . e(p_ij) from z_i[p] = q_i . e[p]: eq. (5) applied to z, p clamped to [0, P - 1].
+    """q_i . e(p_ij) from z_i[p] = q_i . e[p]: eq. (5) applied to z, p clamped
+    to [0, P - 1].
 
-    z [..., Q, P], positions [..., Q, K] (non-negative) -> [..., Q, K]. A NaN position (q or k held a NaN
-    or an inf, a diverging run) gives a NaN logit, as every other attention does, not an index error.
+    z [..., Q, P], positions [..., Q, K] (non-negative) -> [..., Q, K]. A NaN
+    position (q or k held a NaN or an inf, a diverging run) gives a NaN logit,
+    as every other attention does, not an index error.
     """
     npos = z.shape[-1]
     p = positions.clamp(0, npos - 1)
-    lost = p.isnan()                                                           # NaN.long() indexes nowhere
+    lost = p.isnan()  # NaN.long() indexes nowhere
     p = p.masked_fill(lost, 0.0)
     floor, ceil = p.floor(), p.ceil()
-    w = p - floor                                                              # differentiable in p
+    w = p - floor     # differentiable in p
     z_ceil = z.gather(-1, ceil.long().expand(*z.shape[:-2], *p.shape[-2:]))
     z_floor = z.gather(-1, floor.long().expand(*z.shape[:-2], *p.shape[-2:]))
-    return (z_ceil * w + z_floor * (1 - w)).masked_fill(lost, float("nan"))    # (.., Q, K)
+    # (.., Q, K)
+    return (z_ceil * w + z_floor * (1 - w)).masked_fill(lost, float("nan"))
 
 
 def _describe(value) -> str:
@@ -175,6 +189,9 @@ class CoPE(Scheme):
         """The contextual positions p_ij of eq. (4), [B, H, Q, K], unclamped (0 after the query)."""
         return contextual_positions(self.gates(q, k))
 
-    def extra_logits(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> Tensor:
-        table = self.table[layer] if self.per_head else self.table[layer, 0]  # (H, P, Dh) or (P, Dh)
-        return cope_logits(q, k, table, self.logit_scale(), gates=self.gates(q, k))  # (B, H, T, T)
+    def extra_logits(self, q: Tensor, k: Tensor, ctx: PositionContext,
+                     layer: int) -> Tensor:
+        # (H, P, Dh) or (P, Dh)
+        table = self.table[layer] if self.per_head else self.table[layer, 0]
+        return cope_logits(q, k, table, self.logit_scale(),
+                           gates=self.gates(q, k))  # (B, H, T, T)

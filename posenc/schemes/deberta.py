@@ -96,25 +96,29 @@ def relative_distance(q_len: int, k_len: int, k: int) -> Tensor:
     return relative_index(torch.arange(q_len), torch.arange(k_len), k)
 
 
-def c2p_p2c(q: Tensor, k: Tensor, q_r: Tensor | None, k_r: Tensor | None, index: Tensor,
-            p2c_index: Tensor | None = None) -> Tensor:
-    """c2p + p2c logits (unscaled) by the memory-efficient gather (paper Algorithm 1).
+def c2p_p2c(q: Tensor, k: Tensor, q_r: Tensor | None, k_r: Tensor | None,
+            index: Tensor, p2c_index: Tensor | None = None) -> Tensor:
+    """c2p + p2c logits (unscaled) by the memory-efficient gather
+    (paper Algorithm 1).
 
-    q, k: [B, H, N, dh] content queries/keys; q_r, k_r: [H, 2k, dh] projected relative
-    embeddings (None drops that term); index: [N, N] long, delta(i, j). p2c reads row
-    p2c_index[j, i] of Q_r for the pair (i, j): by default delta(j, i) (paper Eq. 4);
-    pass index.T for delta(i, j), which is what DeBERTa's released code (and
-    transformers) computes. Returns [B, H, N, N]; no [N, N, dh] tensor is built.
+    q, k: [B, H, N, dh] content queries/keys; q_r, k_r: [H, 2k, dh] projected
+    relative embeddings (None drops that term); index: [N, N] long,
+    delta(i, j). p2c reads row p2c_index[j, i] of Q_r for the pair (i, j): by
+    default delta(j, i) (paper Eq. 4); pass index.T for delta(i, j), which is
+    what DeBERTa's released code (and transformers) computes. Returns
+    [B, H, N, N]; no [N, N, dh] tensor is built.
     """
     B, H, N, _ = q.shape
     p2c_index = index if p2c_index is None else p2c_index
     out = q.new_zeros(B, H, N, N)
-    if k_r is not None:                                                              # c2p: Q_c_i . K_r_{delta(i,j)}
-        c2p = q @ k_r.transpose(-2, -1)                                              # (B, H, N, 2k)
-        out = out + c2p.gather(-1, index.expand(B, H, N, N))                         # (B, H, Ni, Nj)
-    if q_r is not None:                                                              # p2c: K_c_j . Q_r_{delta(j,i)}
-        p2c = k @ q_r.transpose(-2, -1)                                              # (B, H, Nj, 2k)
-        out = out + p2c.gather(-1, p2c_index.expand(B, H, N, N)).transpose(-2, -1)   # at [j, i] -> (Ni, Nj)
+    if k_r is not None:  # c2p: Q_c_i . K_r_{delta(i,j)}
+        c2p = q @ k_r.transpose(-2, -1)                       # (B, H, N, 2k)
+        out = out + c2p.gather(-1, index.expand(B, H, N, N))  # (B, H, Ni, Nj)
+    if q_r is not None:  # p2c: K_c_j . Q_r_{delta(j,i)}
+        p2c = k @ q_r.transpose(-2, -1)                       # (B, H, Nj, 2k)
+        # at [j, i] -> (Ni, Nj)
+        out = out + (p2c.gather(-1, p2c_index.expand(B, H, N, N))
+                     .transpose(-2, -1))
     return out
 
 
@@ -199,9 +203,12 @@ class DeBERTa(Scheme):
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
         return self._absolute(x, ctx) if self.absolute == "input" else x
 
-    def layer_input(self, x: Tensor, ctx: PositionContext, layer: int) -> Tensor:
-        """Residual EMD: H + P_abs enters before layer n_layers - emd_layers (and only there)."""
-        if self.absolute == "emd" and self.emd_passes is None and layer == self.n_layers - self.emd_layers:
+    def layer_input(self, x: Tensor, ctx: PositionContext,
+                    layer: int) -> Tensor:
+        """Residual EMD: H + P_abs enters before layer n_layers - emd_layers
+        (and only there)."""
+        if (self.absolute == "emd" and self.emd_passes is None
+                and layer == self.n_layers - self.emd_layers):
             return self._absolute(x, ctx)
         return x
 
@@ -219,14 +226,17 @@ class DeBERTa(Scheme):
         k_r = split(self.w_kr[layer](self.rel.weight)) if "c2p" in self.terms else None
         return q_r, k_r
 
-    def extra_logits(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> Tensor | None:
-        """(c2p + p2c) / sqrt(3 d_h): [B, H, N, N], added to the scaled c2c logits."""
+    def extra_logits(self, q: Tensor, k: Tensor, ctx: PositionContext,
+                     layer: int) -> Tensor | None:
+        """(c2p + p2c) / sqrt(3 d_h): [B, H, N, N], added to the scaled c2c
+        logits."""
         if not self.terms:
             return None
         q_r, k_r = self.projected(layer)
-        delta = ctx.tables["delta"]                                                 # (N, N)
+        delta = ctx.tables["delta"]  # (N, N)
         p2c_index = delta if self.p2c_delta == "paper" else delta.T
-        return c2p_p2c(q, k, _like(q_r, q), _like(k_r, q), delta, p2c_index) * self.logit_scale()
+        return (c2p_p2c(q, k, _like(q_r, q), _like(k_r, q), delta, p2c_index)
+                * self.logit_scale())
 
 
 def _like(t: Tensor | None, ref: Tensor) -> Tensor | None:

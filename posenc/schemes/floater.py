@@ -140,130 +140,183 @@ def host_grid(positions: Tensor, delta: float) -> tuple[Tensor, Tensor]:
     return times, index[1:]
 
 
-def solve_positions(func: nn.Module, p0: Tensor, positions: Tensor, *, delta: float, method: str = "rk4",
-                    rtol: float = 1e-5, atol: float = 1e-6, adjoint: bool = False,
+def solve_positions(func: nn.Module, p0: Tensor, positions: Tensor, *,
+                    delta: float, method: str = "rk4",
+                    rtol: float = 1e-5, atol: float = 1e-6,
+                    adjoint: bool = False,
                     host_positions: Tensor | None = None) -> Tensor:
-    """p(delta * positions) for initial states p0 [..., d] at t=0: [..., seq, d].
+    """p(delta * positions) for initial states p0 [..., d] at t=0:
+    [..., seq, d].
 
-    The ODE is integrated once over the sorted unique times (t = 0 prepended);
-    positions may repeat, be unsorted, or be fractional, but not negative. With RK4, positions
-    on the CPU (or their CPU copy `host_positions`) are solved on a host grid
-    (`rk4_on_host_grid`): the same numbers, and nothing read from the device.
+    The ODE is integrated once over the sorted unique times (t = 0
+    prepended); positions may repeat, be unsorted, or be fractional, but not
+    negative. With RK4, positions on the CPU (or their CPU copy
+    `host_positions`) are solved on a host grid (`rk4_on_host_grid`): the
+    same numbers, and nothing read from the device.
     """
     if positions.dim() != 1:
-        raise ValueError(f"positions must be 1-D; got shape {tuple(positions.shape)}")
+        raise ValueError(f"positions must be 1-D; "
+                         f"got shape {tuple(positions.shape)}")
     host = positions if positions.device.type == "cpu" else host_positions
     if host is not None and method == "rk4" and not adjoint and host.numel():
         times, index = host_grid(host, delta)
-        traj = rk4_on_host_grid(func, p0, times, delta)                                  # (K, ..., d)
-        return traj[to_device(index, p0.device)].movedim(0, -2)                          # (..., T, d)
+        traj = rk4_on_host_grid(func, p0, times, delta)         # (K, ..., d)
+        # (..., T, d)
+        return traj[to_device(index, p0.device)].movedim(0, -2)
     if positions.numel() and positions.min() < 0:
-        raise ValueError(f"positions must be >= 0 (the ODE starts at t=0); got min {float(positions.min())}")
-    t = positions.to(p0.device, torch.float32) * delta                              # (T,)
-    grid, index = torch.unique(torch.cat([t.new_zeros(1), t]), sorted=True, return_inverse=True)
+        raise ValueError(f"positions must be >= 0 (the ODE starts at t=0); "
+                         f"got min {float(positions.min())}")
+    t = positions.to(p0.device, torch.float32) * delta                # (T,)
+    grid, index = torch.unique(torch.cat([t.new_zeros(1), t]), sorted=True,
+                               return_inverse=True)
     options = {"step_size": delta} if method in FIXED_STEP else None
     solver = odeint_adjoint if adjoint else odeint
-    traj = solver(func, p0, grid, method=method, rtol=rtol, atol=atol, options=options)  # (K, ..., d)
-    return traj[index[1:]].movedim(0, -2)                                            # (..., T, d)
+    # (K, ..., d)
+    traj = solver(func, p0, grid, method=method, rtol=rtol, atol=atol,
+                  options=options)
+    return traj[index[1:]].movedim(0, -2)                       # (..., T, d)
+
+
+def _positive_int_or_none(name: str, value, none_means: str) -> None:
+    """Raise a ValueError naming `name` unless `value` is None or an int >= 1 (not a bool)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive int or None ({none_means}); got {value!r}")
 
 
 @register("floater")
 class Floater(Scheme):
-    """x^(n)_i + p^(n)(delta * i) before every block n; p^(n) solves dp/dt = h(t, p) from a learned p^(n)(0).
+    """x^(n)_i + p^(n)(delta * i) before every block n; p^(n) solves
+    dp/dt = h(t, p) from a learned p^(n)(0).
 
     Args:
         delta: time between neighbouring positions.
         hidden: width of h's hidden layer (default d_model).
-        method: "rk4" (fixed step = delta; `rk4_on_host_grid`, torchdiffeq's numbers with the time grid
-            kept on the host) or any other torchdiffeq solver ("dopri5", ...).
-        adjoint: backpropagate with the adjoint method (memory O(1) in the steps).
-        dynamics: replace h by any module f(t, p) (e.g. `sinusoidal_dynamics`).
-        solve_on: "device" (where the parameters are) or "host": with the parameters on a GPU, solve on the
-            CPU with differentiable copies of them, and send the solution over. The solve is T sequential
-            steps of a [n_layers, d] state, hundreds of tiny kernels per training step: on an H200 shared by
-            ten workers that cost about 0.55 s a step at T = 128, on one CPU core about 0.1 s. In float32
+        method: "rk4" (fixed step = delta; `rk4_on_host_grid`, torchdiffeq's
+            numbers with the time grid kept on the host) or any other
+            torchdiffeq solver ("dopri5", ...).
+        adjoint: backpropagate with the adjoint method (memory O(1) in the
+            steps).
+        dynamics: replace h by any module f(t, p) (e.g.
+            `sinusoidal_dynamics`).
+        solve_on: "device" (where the parameters are) or "host": with the
+            parameters on a GPU, solve on the CPU with differentiable copies
+            of them, and send the solution over. The solve is T sequential
+            steps of a [n_layers, d] state, hundreds of tiny kernels per
+            training step: on an H200 shared by ten workers that cost about
+            0.55 s a step at T = 128, on one CPU core about 0.1 s. In float32
             (autocast does not reach the CPU). Not with `adjoint`.
-        max_position: the largest position a forward may ask for, or None for no limit. The ODE is
-            integrated from t = 0, so positions up to P cost about P sequential solver steps (RK4: one per
-            position, about 0.3 ms each on a CPU core at d = 128): an offset of a million is five minutes a forward.
-            Beyond it a forward raises a ValueError instead of starting that solve.
+        max_position: the largest position a forward may ask for, or None
+            for no limit. The ODE is integrated from t = 0, so positions up
+            to P cost about P sequential solver steps (RK4: one per
+            position, about 0.3 ms each on a CPU core at d = 128): an offset
+            of a million is five minutes a forward. Beyond it a forward
+            raises a ValueError instead of starting that solve.
     """
 
-    graph_safe = False      # solve_on="host" copies the solution over every step; the solve's cache is replaced
+    # solve_on="host" copies the solution over every step; the solve's cache
+    # is replaced
+    graph_safe = False
 
-    def __init__(self, *, delta: float = 0.1, hidden: int | None = None, method: str = "rk4",
-                 adjoint: bool = False, dynamics: nn.Module | None = None, solve_on: str = "device",
+    def __init__(self, *, delta: float = 0.1, hidden: int | None = None,
+                 method: str = "rk4", adjoint: bool = False,
+                 dynamics: nn.Module | None = None, solve_on: str = "device",
                  max_position: int | None = 65536, **kw):
         super().__init__(**kw)
         if solve_on not in ("device", "host"):
-            raise ValueError(f"solve_on must be 'device' or 'host'; got {solve_on!r}")
-        if not isinstance(adjoint, bool):                 # "yes" would be truthy, and so would "no"
+            raise ValueError(f"solve_on must be 'device' or 'host'; "
+                             f"got {solve_on!r}")
+        # "yes" would be truthy, and so would "no"
+        if not isinstance(adjoint, bool):
             raise TypeError(f"adjoint must be True or False; got {adjoint!r}")
         if solve_on == "host" and adjoint:
-            raise ValueError("solve_on='host' needs adjoint=False (the adjoint solver integrates the module itself)")
+            raise ValueError("solve_on='host' needs adjoint=False (the "
+                             "adjoint solver integrates the module itself)")
         self.solve_on = solve_on
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < math.inf:
-            raise ValueError(f"delta must be a finite number > 0; got {delta!r}")
-        if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1):
-            raise ValueError(f"hidden must be a positive int or None (d_model); got {hidden!r}")
+        if (isinstance(delta, bool) or not isinstance(delta, (int, float))
+                or not 0 < delta < math.inf):
+            raise ValueError(f"delta must be a finite number > 0; "
+                             f"got {delta!r}")
+        _positive_int_or_none("hidden", hidden, "d_model")
         if method not in SOLVERS:
-            raise ValueError(f"method must be one of torchdiffeq's solvers {SOLVERS}; got {method!r}")
-        if max_position is not None and (isinstance(max_position, bool) or not isinstance(max_position, int)
-                                         or max_position < 1):
-            raise ValueError(f"max_position must be a positive int or None (no limit); got {max_position!r}")
-        self.delta, self.method, self.adjoint, self.max_position = delta, method, adjoint, max_position
-        self.dynamics = dynamics if dynamics is not None else MLPDynamics(self.d_model, hidden or self.d_model)
-        self.p0 = nn.Parameter(torch.randn(self.n_layers, self.d_model) * TOKEN_INIT_STD)  # (N, D)
-        self.register_buffer("cached", torch.empty(self.n_layers, 0, self.d_model), persistent=False)
+            raise ValueError(f"method must be one of torchdiffeq's solvers "
+                             f"{SOLVERS}; got {method!r}")
+        _positive_int_or_none("max_position", max_position, "no limit")
+        self.delta, self.method, self.adjoint, self.max_position = (
+            delta, method, adjoint, max_position)
+        self.dynamics = (dynamics if dynamics is not None else
+                         MLPDynamics(self.d_model, hidden or self.d_model))
+        self.p0 = nn.Parameter(torch.randn(self.n_layers, self.d_model)
+                               * TOKEN_INIT_STD)                     # (N, D)
+        self.register_buffer("cached",
+                             torch.empty(self.n_layers, 0, self.d_model),
+                             persistent=False)
 
-    def solve(self, positions: Tensor, host_positions: Tensor | None = None) -> Tensor:
-        """p^(n)(delta * positions) for every block: [n_layers, seq, d_model] (`host_positions`: their CPU copy).
+    def solve(self, positions: Tensor,
+              host_positions: Tensor | None = None) -> Tensor:
+        """p^(n)(delta * positions) for every block: [n_layers, seq, d_model]
+        (`host_positions`: their CPU copy).
 
-        Not checked against `max_position` (the forward checks the positions' extent, which it reads on the
-        host, before it calls this; so does `cache`)."""
+        Not checked against `max_position` (the forward checks the positions'
+        extent, which it reads on the host, before it calls this; so does
+        `cache`)."""
         if self.solve_on == "host" and self.p0.device.type != "cpu":
-            return self.solve_on_host(positions if host_positions is None else host_positions).to(
-                self.p0.device, non_blocking=True)
-        return solve_positions(self.dynamics, self.p0, positions, delta=self.delta, method=self.method,
-                               adjoint=self.adjoint, host_positions=host_positions)
+            return self.solve_on_host(
+                positions if host_positions is None else host_positions
+            ).to(self.p0.device, non_blocking=True)
+        return solve_positions(self.dynamics, self.p0, positions,
+                               delta=self.delta, method=self.method,
+                               adjoint=self.adjoint,
+                               host_positions=host_positions)
 
     def solve_on_host(self, positions: Tensor) -> Tensor:
-        """`solve` on the CPU with differentiable CPU copies of h's parameters and p0, whichever device they
-        are on: the gradients flow back to them through the copies. [n_layers, seq, d_model] on the CPU."""
+        """`solve` on the CPU with differentiable CPU copies of h's parameters
+        and p0, whichever device they are on: the gradients flow back to them
+        through the copies. [n_layers, seq, d_model] on the CPU."""
         from torch.func import functional_call
         state = ({n: p.to("cpu") for n, p in self.dynamics.named_parameters()},
                  {n: b.to("cpu") for n, b in self.dynamics.named_buffers()})
         positions = positions.to("cpu")
-        return solve_positions(lambda t, p: functional_call(self.dynamics, state, (t, p)), self.p0.to("cpu"),
-                               positions, delta=self.delta, method=self.method, host_positions=positions)
+        return solve_positions(
+            lambda t, p: functional_call(self.dynamics, state, (t, p)),
+            self.p0.to("cpu"), positions, delta=self.delta,
+            method=self.method, host_positions=positions)
 
     def _check_reach(self, largest: float) -> None:
-        """ValueError if the solve would integrate past `max_position` (it starts at t = 0 whatever the offset)."""
+        """ValueError if the solve would integrate past `max_position` (it
+        starts at t = 0 whatever the offset)."""
         if self.max_position is not None and largest > self.max_position:
             raise ValueError(
-                f"positions reach {largest:.10g}, beyond FLOATER's max_position={self.max_position}: the ODE "
-                f"is integrated from t = 0, one solver step per position (RK4), {largest:.3g} sequential steps "
-                f"a forward. Pass smaller positions, or build the scheme with a larger max_position (None for "
-                f"no limit).")
+                f"positions reach {largest:.10g}, beyond FLOATER's "
+                f"max_position={self.max_position}: the ODE is integrated "
+                f"from t = 0, one solver step per position (RK4), "
+                f"{largest:.3g} sequential steps a forward. "
+                f"Pass smaller positions, or build the scheme with a larger "
+                f"max_position (None for no limit).")
 
     @torch.no_grad()
     def cache(self, num_positions: int) -> Tensor:
-        """Solve once for positions 0..num_positions-1; eval-mode forwards then only index the table."""
+        """Solve once for positions 0..num_positions-1; eval-mode forwards
+        then only index the table."""
         if not isinstance(num_positions, int) or num_positions < 1:
-            raise ValueError(f"num_positions must be a positive int; got {num_positions!r}")
+            raise ValueError(f"num_positions must be a positive int; "
+                             f"got {num_positions!r}")
         self._check_reach(num_positions - 1)
-        self.cached = self.solve(torch.arange(num_positions, device=self.p0.device), torch.arange(num_positions))
+        self.cached = self.solve(
+            torch.arange(num_positions, device=self.p0.device),
+            torch.arange(num_positions))
         self._cached_for = self._parameters_stamp()
         return self.cached
 
     def _parameters_stamp(self) -> tuple:
-        """Which parameter values the cache was solved from: every parameter's storage and in-place version
-        (`load_state_dict`, an optimizer step or any in-place edit bumps it)."""
+        """Which parameter values the cache was solved from: every
+        parameter's storage and in-place version (`load_state_dict`, an
+        optimizer step or any in-place edit bumps it)."""
         return tuple(stamp(p) for p in self.parameters())
 
     def _apply(self, fn, *args, **kwargs):
-        """`.to()`, `.double()`, `.cuda()`: the cached table is a buffer and moves with the parameters, so a
-        cache that was fresh before stays fresh (the new tensors are stamped)."""
+        """`.to()`, `.double()`, `.cuda()`: the cached table is a buffer and
+        moves with the parameters, so a cache that was fresh before stays
+        fresh (the new tensors are stamped)."""
         fresh = getattr(self, "_cached_for", None) == self._parameters_stamp()
         out = super()._apply(fn, *args, **kwargs)
         if fresh:
@@ -271,7 +324,8 @@ class Floater(Scheme):
         return out
 
     def train(self, mode: bool = True):
-        if mode:  # parameters are about to change: a cached table would go stale
+        # parameters are about to change: a cached table would go stale
+        if mode:
             self.cached = self.cached[:, :0]
         return super().train(mode)
 
@@ -279,10 +333,15 @@ class Floater(Scheme):
         pos, minmax = ctx.positions, ctx.minmax()
         if minmax is not None:
             self._check_reach(minmax[1])
-        hit = (not self.training and not pos.is_floating_point() and minmax is not None
+        hit = (not self.training and not pos.is_floating_point()
+               and minmax is not None
                and 0 <= minmax[0] and minmax[1] < self.cached.shape[1]
-               and getattr(self, "_cached_for", None) == self._parameters_stamp())   # not stale
-        return {"floater": self.cached[:, pos] if hit else self.solve(pos, ctx.positions_on_host())}  # (N, T, D)
+               and getattr(self, "_cached_for", None)
+               == self._parameters_stamp())                    # not stale
+        # (N, T, D)
+        return {"floater": self.cached[:, pos] if hit
+                else self.solve(pos, ctx.positions_on_host())}
 
-    def layer_input(self, x: Tensor, ctx: PositionContext, layer: int) -> Tensor:
-        return x + ctx.tables["floater"][layer].to(x.dtype)                          # (B, T, D)
+    def layer_input(self, x: Tensor, ctx: PositionContext,
+                    layer: int) -> Tensor:
+        return x + ctx.tables["floater"][layer].to(x.dtype)         # (B, T, D)

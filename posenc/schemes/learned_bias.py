@@ -118,20 +118,29 @@ def _fire(distance: Tensor, span: Tensor, mlp, c: Tensor, threshold: Tensor) -> 
 
 
 def fire_bias(positions: Tensor, mlp, c, threshold) -> Tensor:
-    """FIRE's bias [heads, seq, seq] (section 3): `f(psi(|i - j|) / psi(max(tau, i, j)))`, `psi(x) = log(c x + 1)`.
+    """FIRE's bias [heads, seq, seq] (section 3):
+    `f(psi(|i - j|) / psi(max(tau, i, j)))`, `psi(x) = log(c x + 1)`.
 
-    `mlp` maps [..., 1] -> [..., heads] (e.g. `nn.Sequential(nn.Linear(1, 32), nn.ReLU(),
-    nn.Linear(32, heads))`, or a `FireMLP`); c > 0 and threshold tau > 0 are floats or 0-d tensors.
-    For j <= i this is the paper's f(psi(i - j) / psi(max(tau, i))). Returns the MLP's output dtype (float32
-    for a float32 MLP, bf16 for one cast to bf16).
+    `mlp` maps [..., 1] -> [..., heads] (e.g.
+    `nn.Sequential(nn.Linear(1, 32), nn.ReLU(), nn.Linear(32, heads))`, or a
+    `FireMLP`); c > 0 and threshold tau > 0 are floats or 0-d tensors. For
+    j <= i this is the paper's f(psi(i - j) / psi(max(tau, i))). Returns the
+    MLP's output dtype (float32 for a float32 MLP, bf16 for one cast to
+    bf16).
     """
-    check_positions(positions)                  # int8 or uint8 would wrap when differenced: see _distance
+    # int8 or uint8 would wrap when differenced: see _distance
+    check_positions(positions)
     if not callable(mlp):
-        raise TypeError(f"mlp must be callable ([..., 1] -> [..., heads]); got {type(mlp).__name__}")
-    c, threshold = (torch.as_tensor(v, dtype=torch.float32, device=positions.device) for v in (c, threshold))
+        raise TypeError(f"mlp must be callable ([..., 1] -> [..., heads]); "
+                        f"got {type(mlp).__name__}")
+    c, threshold = (
+        torch.as_tensor(v, dtype=torch.float32, device=positions.device)
+        for v in (c, threshold))
     for arg, value in (("c", c), ("threshold", threshold)):
-        if value.dim() != 0 or not bool(value > 0) or not bool(torch.isfinite(value)):
-            raise ValueError(f"{arg} must be a positive finite number; got {value.tolist()!r}")
+        if (value.dim() != 0 or not bool(value > 0)
+                or not bool(torch.isfinite(value))):
+            raise ValueError(f"{arg} must be a positive finite number; "
+                             f"got {value.tolist()!r}")
     return _fire(_distance(positions), _span(positions), mlp, c, threshold)
 
 
@@ -156,12 +165,15 @@ class FireMLP(nn.Module):
 class FireLayer(nn.Module):
     """One layer's FIRE: f_theta, c = exp(gamma) and tau = tau0 exp(lambda)."""
 
-    def __init__(self, n_heads: int, hidden: int = 32, init_c: float = 0.1, init_threshold: float = 512.0):
+    def __init__(self, n_heads: int, hidden: int = 32, init_c: float = 0.1,
+                 init_threshold: float = 512.0):
         super().__init__()
         self.mlp = FireMLP(n_heads, hidden)
         self.log_c = nn.Parameter(torch.tensor(math.log(init_c)))
-        self.log_scale = nn.Parameter(torch.zeros(()))            # tau = tau0 exp(lambda) (code: tau0 |m|)
-        self.register_buffer("init_threshold", torch.tensor(float(init_threshold)))
+        # tau = tau0 exp(lambda) (code: tau0 |m|)
+        self.log_scale = nn.Parameter(torch.zeros(()))
+        self.register_buffer("init_threshold",
+                             torch.tensor(float(init_threshold)))
 
     @property
     def c(self) -> Tensor:
@@ -172,16 +184,19 @@ class FireLayer(nn.Module):
         return self.init_threshold * self.log_scale.exp()
 
     def forward(self, distance: Tensor, span: Tensor) -> Tensor:
-        """distance |j - i| and span max(i, j), both [T, T] -> bias [H, T, T]."""
+        """distance |j - i| and span max(i, j), both [T, T]
+        -> bias [H, T, T]."""
         return _fire(distance, span, self.mlp, self.c, self.threshold)
 
 
 @register("kerple")
 class KERPLE(Scheme):
-    """A CPD kernel of the distance `|i - j|` on the logits, one (r1, r2) per head and layer.
+    """A CPD kernel of the distance `|i - j|` on the logits, one (r1, r2) per
+    head and layer.
 
     Args:
-        kernel: "log" (`-r1 log(1 + r2 |i - j|)`, the paper's best) or "power" (`-r1 |i - j|^r2`).
+        kernel: "log" (`-r1 log(1 + r2 |i - j|)`, the paper's best) or
+            "power" (`-r1 |i - j|^r2`).
     """
 
     shift_invariant = True
@@ -191,11 +206,13 @@ class KERPLE(Scheme):
         _check_kernel(kernel)
         self.kernel = kernel
         shape = (self.n_layers, self.n_heads)
-        s1, s2 = (2.0, 1.0) if kernel == "log" else (1.0, 2.0)       # the code's U(0, s) inits
+        # the code's U(0, s) inits
+        s1, s2 = (2.0, 1.0) if kernel == "log" else (1.0, 2.0)
         r1 = (torch.rand(shape) * s1).clamp(min=_EPS)
         r2 = (torch.rand(shape) * s2).clamp(_EPS, s2 - _EPS)
         self.rho1 = nn.Parameter(_softplus_inverse(r1))
-        self.rho2 = nn.Parameter(_softplus_inverse(r2) if kernel == "log" else torch.logit(r2 / 2))
+        self.rho2 = nn.Parameter(_softplus_inverse(r2) if kernel == "log"
+                                 else torch.logit(r2 / 2))
 
     @property
     def r1(self) -> Tensor:
@@ -205,13 +222,15 @@ class KERPLE(Scheme):
     @property
     def r2(self) -> Tensor:
         """[layers, heads], positive (log) or in (0, 2) (power)."""
-        return F.softplus(self.rho2) if self.kernel == "log" else 2 * torch.sigmoid(self.rho2)
+        return (F.softplus(self.rho2) if self.kernel == "log"
+                else 2 * torch.sigmoid(self.rho2))
 
     def prepare(self, ctx: PositionContext) -> dict:
         return {"kerple_distance": _distance(ctx.positions)}
 
     def layer_logit_bias(self, ctx: PositionContext, layer: int) -> Tensor:
-        return _kerple(ctx.tables["kerple_distance"], self.r1[layer], self.r2[layer], self.kernel)
+        return _kerple(ctx.tables["kerple_distance"],
+                       self.r1[layer], self.r2[layer], self.kernel)
 
 
 @register("fire")

@@ -61,55 +61,77 @@ from ..scheme import PositionContext, Scheme
 
 @register("rnn")
 class Recurrent(Scheme):
-    """x_i + W h_i + b with h_i = GRU(h_{i-1}, x_i) from a learned h_0 (hook `embed`); see the module docstring.
+    """x_i + W h_i + b with h_i = GRU(h_{i-1}, x_i) from a learned h_0 (hook
+    `embed`); see the module docstring.
 
     Args:
         hidden: the GRU's width H (default d_model).
-        bidirectional: a bidirectional GRU; None (default) follows the model: True in a
-            bidirectional model, False in a causal one (where True is refused: it would leak).
-        residual: True (default): x_i + W h_i + b; False: W h_i + b (the article's form).
+        bidirectional: a bidirectional GRU; None (default) follows the model:
+            True in a bidirectional model, False in a causal one (where True
+            is refused: it would leak).
+        residual: True (default): x_i + W h_i + b; False: W h_i + b (the
+            article's form).
     """
 
-    shift_invariant = True    # ctx.positions is never read: an offset of every position id changes nothing
-    vmappable = False         # torch.nn.GRU has no torch.func.vmap batching rule
+    # ctx.positions is never read: an offset of every position id changes
+    # nothing
+    shift_invariant = True
+    vmappable = False  # torch.nn.GRU has no torch.func.vmap batching rule
 
-    def __init__(self, *, hidden: int | None = None, bidirectional: bool | None = None, residual: bool = True, **kw):
+    def __init__(self, *, hidden: int | None = None,
+                 bidirectional: bool | None = None, residual: bool = True,
+                 **kw):
         super().__init__(**kw)
         hidden = self.d_model if hidden is None else hidden
-        if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
-            raise ValueError(f"hidden must be a positive int (the GRU's width); got {hidden!r}")
+        if (not isinstance(hidden, int) or isinstance(hidden, bool)
+                or hidden < 1):
+            raise ValueError(
+                f"hidden must be a positive int (the GRU's width); "
+                f"got {hidden!r}")
         if bidirectional is None:
             bidirectional = not self.causal
         if not isinstance(bidirectional, bool):
-            raise TypeError(f"bidirectional must be True, False or None; got {bidirectional!r}")
+            raise TypeError(f"bidirectional must be True, False or None; "
+                            f"got {bidirectional!r}")
         if bidirectional and self.causal:
-            raise ValueError("bidirectional=True needs a bidirectional model (causal=False): in a causal model the "
-                             "backward GRU would carry future tokens into earlier positions")
+            raise ValueError(
+                "bidirectional=True needs a bidirectional model "
+                "(causal=False): in a causal model the backward GRU "
+                "would carry future tokens into earlier positions")
         if not isinstance(residual, bool):
-            raise TypeError(f"residual must be True or False; got {residual!r}")
-        self.hidden, self.bidirectional, self.residual = hidden, bidirectional, residual
+            raise TypeError(f"residual must be True or False; "
+                            f"got {residual!r}")
+        self.hidden, self.bidirectional, self.residual = (
+            hidden, bidirectional, residual)
         directions = 2 if bidirectional else 1
-        self.gru = nn.GRU(self.d_model, hidden, num_layers=1, batch_first=True, bidirectional=bidirectional)
-        self.h0 = nn.Parameter(torch.zeros(directions, hidden))                       # (dirs, H), p(0) of FLOATER
-        self.proj = nn.Linear(directions * hidden, self.d_model)                      # W, b: init by the model
+        self.gru = nn.GRU(self.d_model, hidden, num_layers=1,
+                          batch_first=True, bidirectional=bidirectional)
+        # (dirs, H), p(0) of FLOATER
+        self.h0 = nn.Parameter(torch.zeros(directions, hidden))
+        # W, b: init by the model
+        self.proj = nn.Linear(directions * hidden, self.d_model)
 
     def states(self, x: Tensor) -> Tensor:
-        """The GRU's outputs h_1..h_n for inputs x [batch, seq, d_model]: [batch, seq, dirs * H].
+        """The GRU's outputs h_1..h_n for inputs x [batch, seq, d_model]:
+        [batch, seq, dirs * H].
 
-        The recursion runs in the GRU's own precision (float32) even under autocast: a
-        bfloat16 state would round at each of the n dependent steps, and not every cuDNN
-        supports bfloat16 RNNs.
+        The recursion runs in the GRU's own precision (float32) even under
+        autocast: a bfloat16 state would round at each of the n dependent
+        steps, and not every cuDNN supports bfloat16 RNNs.
         """
         dtype = self.gru.weight_ih_l0.dtype
-        h0 = self.h0[:, None, :].expand(-1, x.shape[0], -1).contiguous().to(dtype)   # (dirs, B, H)
+        # (dirs, B, H)
+        h0 = (self.h0[:, None, :].expand(-1, x.shape[0], -1)
+              .contiguous().to(dtype))
         with torch.autocast(x.device.type, enabled=False):
             out, _ = self.gru(x.to(dtype), h0)
-        return out                                                                    # (B, T, dirs*H)
+        return out                                            # (B, T, dirs*H)
 
     def codes(self, x: Tensor) -> Tensor:
-        """The vectors added to the inputs, W h_i + b: [batch, seq, d_model]."""
+        """The vectors added to the inputs, W h_i + b:
+        [batch, seq, d_model]."""
         return self.proj(self.states(x))
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
-        code = self.codes(x).to(x.dtype)                                              # (B, T, D)
+        code = self.codes(x).to(x.dtype)                          # (B, T, D)
         return x + code if self.residual else code

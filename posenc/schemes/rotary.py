@@ -153,16 +153,20 @@ def rope_table(positions: Tensor, dim: int, base: float = 10000.0, dtype=torch.f
 
 def frequency_table(positions: Tensor, theta: Tensor, dtype=torch.float32,
                     attention_factor: float = 1.0) -> tuple[Tensor, Tensor]:
-    """a cos(m theta_i), a sin(m theta_i) for given frequencies theta [dim/2]: two [seq, dim/2] tensors of `dtype`.
+    """a cos(m theta_i), a sin(m theta_i) for given frequencies theta [dim/2]:
+    two [seq, dim/2] tensors of `dtype`.
 
-    The angles are formed in float64 (float32 on devices without float64) whatever theta's
-    dtype; a = attention_factor (1: plain RoPE) scales q and k alike, so the logit by a^2.
+    The angles are formed in float64 (float32 on devices without float64)
+    whatever theta's dtype; a = attention_factor (1: plain RoPE) scales q and
+    k alike, so the logit by a^2.
     """
     positions = _check_positions(positions)
     if not isinstance(theta, Tensor) or theta.dim() != 1:
-        raise ValueError(f"theta must be a 1-D tensor [dim/2]; got {getattr(theta, 'shape', type(theta).__name__)}")
+        raise ValueError(f"theta must be a 1-D tensor [dim/2]; got "
+                         f"{getattr(theta, 'shape', type(theta).__name__)}")
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
-    angles = positions.to(wide)[:, None] * to_device(theta, positions.device).to(wide)      # (T, dim/2)
+    angles = (positions.to(wide)[:, None]
+              * to_device(theta, positions.device).to(wide))  # (T, dim/2)
     cos, sin = angles.cos(), angles.sin()
     if attention_factor != 1.0:
         cos, sin = cos * attention_factor, sin * attention_factor
@@ -243,17 +247,21 @@ def rotate_at_positions(x: Tensor, positions: Tensor, base: float = 10000.0, lay
 
 # -- the rotation and its autograd ----------------------------------------------------
 class _Rotate(torch.autograd.Function):
-    """y = R(m theta) x;  dL/dx = R(m theta)^T g = R(-m theta) g (no activation saved).
+    """y = R(m theta) x;  dL/dx = R(m theta)^T g = R(-m theta) g
+    (no activation saved).
 
-    The backward is the transpose whatever the tables: with cos, sin scaled by s (xPos,
-    `posenc.xpos`) the map is s R and its vector-Jacobian product s R^T g.
+    The backward is the transpose whatever the tables: with cos, sin scaled
+    by s (xPos, `posenc.xpos`) the map is s R and its vector-Jacobian product
+    s R^T g.
     """
 
-    generate_vmap_rule = True      # torch.func.vmap runs forward and backward on the batched tensors
+    # torch.func.vmap runs forward and backward on the batched tensors
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x, cos, sin, layout, fused):
-        return _rotate_half_fused(x, cos, sin) if fused else _rotate(x, cos, sin, layout, inverse=False)
+        return (_rotate_half_fused(x, cos, sin) if fused
+                else _rotate(x, cos, sin, layout, inverse=False))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -264,25 +272,32 @@ class _Rotate(torch.autograd.Function):
     def backward(ctx, grad):
         cos, sin = ctx.saved_tensors
         if ctx.fused:
-            return _rotate_half_fused(grad.contiguous(), cos, -sin), None, None, None, None
-        return _rotate(grad, cos, sin, ctx.layout, inverse=True), None, None, None, None
+            return (_rotate_half_fused(grad.contiguous(), cos, -sin),
+                    None, None, None, None)
+        return (_rotate(grad, cos, sin, ctx.layout, inverse=True),
+                None, None, None, None)
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str, inverse: bool) -> Tensor:
-    """The rotation itself, computed in float32 at least, returned in x's dtype."""
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str,
+            inverse: bool) -> Tensor:
+    """The rotation itself, computed in float32 at least, returned in x's
+    dtype."""
     wide = _compute_dtype(x.dtype)
     cos, sin = cos.to(wide), sin.to(wide)
-    if layout == "interleaved":  # one complex multiply: (x_{2i} + i x_{2i+1}) e^{+-i m theta_i}
-        z = _as_complex(x.to(wide))                                    # (..., T, d/2) complex
-        rot = torch.complex(cos, -sin if inverse else sin)             # (T, d/2)
-        return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)     # (..., T, d)
-    h = x.shape[-1] // 2                                               # half: pairs (x_i, x_{i+h})
+    # one complex multiply: (x_{2i} + i x_{2i+1}) e^{+-i m theta_i}
+    if layout == "interleaved":
+        z = _as_complex(x.to(wide))  # (..., T, d/2) complex
+        rot = torch.complex(cos, -sin if inverse else sin)  # (T, d/2)
+        # (..., T, d)
+        return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)
+    h = x.shape[-1] // 2  # half: pairs (x_i, x_{i+h})
     s = -sin if inverse else sin
-    xv = x.to(wide).unflatten(-1, (2, h))                              # (..., T, 2, h): x1 = xv[..., 0, :]
-    out = torch.mul(xv, torch.stack([cos, cos], -2))                   # (x1 cos, x2 cos)
-    out[..., 0, :].addcmul_(xv[..., 1, :], s, value=-1)                # x1 cos - x2 sin
-    out[..., 1, :].addcmul_(xv[..., 0, :], s)                          # x2 cos + x1 sin
-    out = out.flatten(-2)                                              # (..., T, d)
+    # (..., T, 2, h): x1 = xv[..., 0, :]
+    xv = x.to(wide).unflatten(-1, (2, h))
+    out = torch.mul(xv, torch.stack([cos, cos], -2))     # (x1 cos, x2 cos)
+    out[..., 0, :].addcmul_(xv[..., 1, :], s, value=-1)  # x1 cos - x2 sin
+    out[..., 1, :].addcmul_(xv[..., 0, :], s)            # x2 cos + x1 sin
+    out = out.flatten(-2)                                # (..., T, d)
     return out.to(x.dtype)
 
 
@@ -411,55 +426,84 @@ class RoPE(Scheme):
             raise TypeError(f"scaling_params must be a dict of rope parameters or None; got {scaling_params!r}")
         self.set_scaling(scaling, factor, **(scaling_params or {}))
 
-    def set_scaling(self, scaling: str | None, factor: float = 1.0, **params) -> None:
-        """Choose the context extension by `factor` >= 1 (the cache of tables is cleared).
+    def set_scaling(self, scaling: str | None, factor: float = 1.0,
+                    **params) -> None:
+        """Choose the context extension by `factor` >= 1 (the cache of tables
+        is cleared).
 
-        None, "pi" or "ntk": positions m / factor, or the NTK-aware base (no other parameters).
-        "default", "linear", "dynamic", "yarn", "llama3", "longrope": the frequencies and attention
-        factor of `rope_inv_freq(r, base, rope_type=scaling, factor=factor, **params)` over the r
-        rotated dims, `params` named as in transformers' `rope_parameters`. They take
-        `original_max_position_embeddings`, the context L the model was trained on (for "dynamic"
-        it is what transformers calls max_position_embeddings). "dynamic" and "longrope" read the
-        current length n = max(position) + 1 at every forward.
+        None, "pi" or "ntk": positions m / factor, or the NTK-aware base (no
+        other parameters).
+        "default", "linear", "dynamic", "yarn", "llama3", "longrope": the
+        frequencies and attention factor of
+        `rope_inv_freq(r, base, rope_type=scaling, factor=factor, **params)`
+        over the r rotated dims, `params` named as in transformers'
+        `rope_parameters`. They take `original_max_position_embeddings`, the
+        context L the model was trained on (for "dynamic" it is what
+        transformers calls max_position_embeddings). "dynamic" and "longrope"
+        read the current length n = max(position) + 1 at every forward.
         """
         if scaling not in SCALINGS:
-            raise ValueError(f"scaling must be one of {SCALINGS}; got {scaling!r}")
+            raise ValueError(f"scaling must be one of {SCALINGS}; "
+                             f"got {scaling!r}")
         _check_factor(factor)
         if scaling in POSITION_SCALINGS:
             if params:
-                raise ValueError(f"scaling={scaling!r} takes only factor; got parameters {sorted(params)} "
-                                 f"(they belong to the rope_types {ROPE_TYPES})")
+                raise ValueError(
+                    f"scaling={scaling!r} takes only factor; "
+                    f"got parameters {sorted(params)} "
+                    f"(they belong to the rope_types {ROPE_TYPES})")
             if scaling is None and factor != 1:
-                raise ValueError(f"scaling=None is RoPE unscaled: factor must be 1; got factor={factor!r} (name "
-                                 f"the scaling it is for, e.g. scaling='pi')")
+                raise ValueError(
+                    f"scaling=None is RoPE unscaled: factor must be 1; "
+                    f"got factor={factor!r} "
+                    f"(name the scaling it is for, e.g. scaling='pi')")
             if scaling == "ntk":
-                ntk_base(self.base, factor, self.rot_dim)  # validates the rotated dims
+                # validates the rotated dims
+                ntk_base(self.base, factor, self.rot_dim)
         else:
             if type(self).table is not RoPE.table:
-                raise ValueError(f"{type(self).__name__} builds its own tables: its scaling must be one of "
-                                 f"{POSITION_SCALINGS}; got scaling={scaling!r}")
+                raise ValueError(
+                    f"{type(self).__name__} builds its own tables: "
+                    f"its scaling must be one of {POSITION_SCALINGS}; "
+                    f"got scaling={scaling!r}")
             if scaling == "default" and factor != 1:
-                raise ValueError(f"scaling='default' is RoPE unscaled: factor must be 1; got factor={factor!r}")
-            for computed in ("seq_len", "max_position_embeddings", "partial_rotary_factor"):
+                raise ValueError(f"scaling='default' is RoPE unscaled: "
+                                 f"factor must be 1; got factor={factor!r}")
+            for computed in ("seq_len", "max_position_embeddings",
+                             "partial_rotary_factor"):
                 if computed in params:
-                    raise ValueError(f"scaling={scaling!r}: {computed} is not a parameter here (the length is "
-                                     f"read from the positions, the rotated dims from rotary_fraction); "
-                                     f"give original_max_position_embeddings, the training context")
-            if scaling == "dynamic" and "original_max_position_embeddings" not in params:
-                raise ValueError("scaling='dynamic' needs original_max_position_embeddings, the training context "
-                                 "(a positive int): the base grows only beyond it")
-        previous = (getattr(self, "scaling", None), getattr(self, "factor", 1.0), getattr(self, "scaling_params", {}))
-        self.scaling, self.factor, self.scaling_params = scaling, float(factor), dict(params)
+                    raise ValueError(
+                        f"scaling={scaling!r}: {computed} is not a "
+                        f"parameter here (the length is read from the "
+                        f"positions, the rotated dims from rotary_fraction); "
+                        f"give original_max_position_embeddings, "
+                        f"the training context")
+            if (scaling == "dynamic" and
+                    "original_max_position_embeddings" not in params):
+                raise ValueError(
+                    "scaling='dynamic' needs "
+                    "original_max_position_embeddings, the training context "
+                    "(a positive int): the base grows only beyond it")
+        previous = (getattr(self, "scaling", None),
+                    getattr(self, "factor", 1.0),
+                    getattr(self, "scaling_params", {}))
+        self.scaling, self.factor, self.scaling_params = (
+            scaling, float(factor), dict(params))
         if scaling in ROPE_TYPES:
-            try:  # validates the parameters now, at the training length and beyond it
+            # validates the parameters now, at the training length and
+            # beyond it
+            try:
                 L = params.get("original_max_position_embeddings")
                 for n in (None,) if not isinstance(L, int) else (L, 2 * L):
                     self.frequencies(n)
-            except (ValueError, TypeError) as err:        # a refused scaling leaves the scheme as it was
+            except (ValueError, TypeError) as err:
+                # a refused scaling leaves the scheme as it was
                 self.scaling, self.factor, self.scaling_params = previous
                 raise type(err)(f"scaling={scaling!r}: {err}") from None
-        # The class says True (RoPE's scores depend on m - n only); a scaling that reads the current length
-        # n = max(position) + 1 makes an offset of every position change the frequencies, so this instance says False.
+        # The class says True (RoPE's scores depend on m - n only); a scaling
+        # that reads the current length n = max(position) + 1 makes an offset
+        # of every position change the frequencies, so this instance says
+        # False.
         self.shift_invariant = scaling not in LENGTH_DEPENDENT
         self.clear_cache()
 
@@ -472,23 +516,30 @@ class RoPE(Scheme):
         return ntk_base(self.base, self.factor, self.rot_dim) if self.scaling == "ntk" else self.base
 
     def frequencies(self, seq_len: int | None = None) -> tuple[Tensor, float]:
-        """(omega [r/2] float64, attention factor a): the frequencies the tables use, p-RoPE's zeros included.
+        """(omega [r/2] float64, attention factor a): the frequencies the
+        tables use, p-RoPE's zeros included.
 
-        seq_len: the current length n (the largest position + 1), which "dynamic" and "longrope" read;
-        None: the training length. Under "pi" the tables divide the positions instead (same angles).
+        seq_len: the current length n (the largest position + 1), which
+        "dynamic" and "longrope" read; None: the training length. Under "pi"
+        the tables divide the positions instead (same angles).
         """
         if self.scaling in POSITION_SCALINGS:
             theta = rope_frequencies(self.rot_dim, self.effective_base)
-            theta, a = (theta / self.factor if self.scaling == "pi" else theta), 1.0
+            theta, a = (theta / self.factor if self.scaling == "pi"
+                        else theta), 1.0
         else:
             kwargs = {**self.scaling_params}
             if self.scaling != "default":
                 kwargs["factor"] = self.factor
-            if self.scaling == "dynamic":       # transformers' max_position_embeddings: the training context
-                kwargs["max_position_embeddings"] = kwargs.pop("original_max_position_embeddings", None)
-            theta, a = rope_inv_freq(self.rot_dim, self.base, rope_type=self.scaling, seq_len=seq_len,
+            # transformers' max_position_embeddings: the training context
+            if self.scaling == "dynamic":
+                kwargs["max_position_embeddings"] = kwargs.pop(
+                    "original_max_position_embeddings", None)
+            theta, a = rope_inv_freq(self.rot_dim, self.base,
+                                     rope_type=self.scaling, seq_len=seq_len,
                                      dtype=torch.float64, **kwargs)
-        theta[rotated_pairs(self.rot_dim // 2, self.p):] = 0                       # p-RoPE: no rotation
+        # p-RoPE: no rotation
+        theta[rotated_pairs(self.rot_dim // 2, self.p):] = 0
         return theta, float(a)
 
     def scaled_positions(self, positions: Tensor) -> Tensor:
@@ -497,12 +548,16 @@ class RoPE(Scheme):
             return positions.to(torch.float64 if positions.device.type != "mps" else torch.float32) / self.factor
         return positions
 
-    def table(self, positions: Tensor, highest: float | None = None) -> tuple[Tensor, Tensor]:
-        """(cos, sin) [seq, r/2] for these positions, with the scaling and p applied (times a for a rope_type).
+    def table(self, positions: Tensor,
+              highest: float | None = None) -> tuple[Tensor, Tensor]:
+        """(cos, sin) [seq, r/2] for these positions, with the scaling and p
+        applied (times a for a rope_type).
 
-        `highest`: max(positions) when known on the host (a length-dependent scaling needs it); else read."""
+        `highest`: max(positions) when known on the host (a length-dependent
+        scaling needs it); else read."""
         if self.scaling in POSITION_SCALINGS:
-            return rope_table(self.scaled_positions(positions), self.rot_dim, self.effective_base, p=self.p)
+            return rope_table(self.scaled_positions(positions), self.rot_dim,
+                              self.effective_base, p=self.p)
         n = None
         if self.scaling in LENGTH_DEPENDENT and positions.numel():
             n = int(positions.max() if highest is None else highest) + 1
@@ -516,7 +571,8 @@ class RoPE(Scheme):
 
     def prepare(self, ctx: PositionContext) -> dict:
         pos, n = ctx.positions, ctx.seq_len
-        key, default = (n, pos.device, self.table_settings()), ctx.consecutive_start() == 0   # 0..n-1: cached
+        key, default = ((n, pos.device, self.table_settings()),
+                        ctx.consecutive_start() == 0)  # 0..n-1: cached
         if default and key in self._cache:
             return {"rope": self._cache[key]}
         tables = self.table(pos, (ctx.minmax() or (None, None))[1])
@@ -526,9 +582,11 @@ class RoPE(Scheme):
             self._cache[key] = tables
         return {"rope": tables}
 
-    def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:
-        cos, sin = ctx.tables["rope"]                                   # (T, r/2) each
-        return rotate_leading(q, cos, sin, self.layout), rotate_leading(k, cos, sin, self.layout)  # (B, H, T, d_h)
+    def transform_qk(self, q: Tensor, k: Tensor,
+                     ctx: PositionContext) -> tuple[Tensor, Tensor]:
+        cos, sin = ctx.tables["rope"]  # (T, r/2) each
+        return (rotate_leading(q, cos, sin, self.layout),
+                rotate_leading(k, cos, sin, self.layout))  # (B, H, T, d_h)
 
     def layer_transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> tuple[Tensor, Tensor]:
         """No rotation in the NoPE layers, `transform_qk` in the others."""

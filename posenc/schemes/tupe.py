@@ -39,20 +39,26 @@ from ..scheme import PositionContext, Scheme, whole_distances
 
 
 def cls_reset(v: Tensor, theta1: Tensor, theta2: Tensor) -> Tensor:
-    """Paper Eq. 9: v[..., h, 0, :] -> theta1[h], v[..., h, 1:, 0] -> theta2[h]; the rest unchanged.
+    """Paper Eq. 9: v[..., h, 0, :] -> theta1[h],
+    v[..., h, 1:, 0] -> theta2[h]; the rest unchanged.
 
-    v: [..., H, N, N]; theta1, theta2: one value per head, [H], or scalars shared by the heads.
+    v: [..., H, N, N]; theta1, theta2: one value per head, [H], or scalars
+    shared by the heads.
     """
     if theta1.shape != theta2.shape or theta1.dim() > 1:
-        raise ValueError(f"theta1 and theta2 must be scalars or [H] vectors of one shape; got "
-                         f"{tuple(theta1.shape)} and {tuple(theta2.shape)}")
+        raise ValueError(f"theta1 and theta2 must be scalars or [H] vectors "
+                         f"of one shape; got {tuple(theta1.shape)} and "
+                         f"{tuple(theta2.shape)}")
     if theta1.dim() == 1 and (v.dim() < 3 or v.shape[-3] != theta1.shape[0]):
-        raise ValueError(f"v must be [..., H, N, N] with H = {theta1.shape[0]} (one theta per head); "
-                         f"got {tuple(v.shape)}")
+        raise ValueError(
+            f"v must be [..., H, N, N] with H = {theta1.shape[0]} "
+            f"(one theta per head); got {tuple(v.shape)}")
     n = v.shape[-1]
-    row = torch.arange(n, device=v.device)[:, None] == 0                       # (N, 1): from [CLS]
-    col = torch.arange(n, device=v.device)[None, :] == 0                       # (1, N): to [CLS]
-    t1, t2 = (t.to(v.dtype).reshape(t.shape + (1, 1)) for t in (theta1, theta2))  # (H, 1, 1) or ()
+    row = torch.arange(n, device=v.device)[:, None] == 0  # (N, 1): from [CLS]
+    col = torch.arange(n, device=v.device)[None, :] == 0  # (1, N): to [CLS]
+    # (H, 1, 1) or ()
+    t1, t2 = (t.to(v.dtype).reshape(t.shape + (1, 1))
+              for t in (theta1, theta2))
     return torch.where(row, t1, torch.where(col, t2, v))
 
 
@@ -140,7 +146,8 @@ class TUPE(Scheme):
             self.rel_bias = nn.Embedding(num_buckets, n_heads)                   # b: one scalar per bucket and head
 
     def logit_scale(self) -> float:
-        """1/sqrt(2 d_h) for TUPE's two terms; 1/sqrt(4 d_h) for BERT-A^d's four, as in the paper."""
+        """1/sqrt(2 d_h) for TUPE's two terms; 1/sqrt(4 d_h) for BERT-A^d's
+        four, as in the paper."""
         return 1.0 / math.sqrt((4 if self.cross_terms else 2) * self.head_dim)
 
     def heads(self, t: Tensor) -> Tensor:
@@ -158,13 +165,17 @@ class TUPE(Scheme):
 
     def prepare(self, ctx: PositionContext) -> dict:
         """Once per forward: the positional logits shared by every layer."""
-        term, pq, pk = self.position_term(ctx)                                   # (H, N, N)
+        term, pq, pk = self.position_term(ctx)                    # (H, N, N)
         if self.relative:
-            rel = ctx.positions[None, :] - ctx.positions[:, None]                # (N, N): j - i
-            term = term + self.rel_bias(self._bucket(whole_distances(rel, "TUPE-R's buckets"))).permute(2, 0, 1)
+            # (N, N): j - i
+            rel = ctx.positions[None, :] - ctx.positions[:, None]
+            term = term + self.rel_bias(self._bucket(
+                whole_distances(rel, "TUPE-R's buckets"))).permute(2, 0, 1)
         if self.reset and ctx.has_cls:
             term = cls_reset(term, self.theta[0], self.theta[1])
-        else:  # no reset: theta stays in the graph with a zero gradient (no unused parameters)
+        else:
+            # no reset: theta stays in the graph with a zero gradient (no
+            # unused parameters)
             term = term + 0.0 * self.theta.sum()
         return {"tupe_bias": term, "pq": pq, "pk": pk}
 

@@ -10,14 +10,15 @@ from .scoring import scoring
 
 
 def position_targets(size: int) -> Tensor:
-    """(row, col) of every location of a size x size map, scaled to [-1, 1]: [2, size, size].
+    """(row, col) of every location of a size x size map, scaled to [-1, 1]:
+    [2, size, size].
 
     These are the vertical and horizontal "gradient" masks of Islam et al.
     """
     if not isinstance(size, int) or size < 2:
         raise ValueError(f"size must be an int >= 2; got {size!r}")
     r = torch.linspace(-1.0, 1.0, size)
-    return torch.stack(torch.meshgrid(r, r, indexing="ij"))                        # (2, S, S)
+    return torch.stack(torch.meshgrid(r, r, indexing="ij"))  # (2, S, S)
 
 
 @dataclass

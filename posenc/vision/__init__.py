@@ -45,17 +45,19 @@ def check_grid(name: str, grid) -> tuple[int, int]:
 
 
 def grid_coords(grid, ref_grid=None) -> tuple[Tensor, Tensor]:
-    """Float (rows, cols), each [h*w] in raster order; with `ref_grid`, in that grid's units.
+    """Float (rows, cols), each [h*w] in raster order; with `ref_grid`, in
+    that grid's units.
 
-        r' = (r + 1/2) h_ref / h - 1/2     (the sampling points of bicubic interpolation,
-                                             align_corners=False)
+        r' = (r + 1/2) h_ref / h - 1/2  (the sampling points of bicubic
+                                         interpolation, align_corners=False)
     """
     h, w = check_grid("grid", grid)
-    r, c = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij")
+    r, c = torch.meshgrid(torch.arange(h, dtype=torch.float32),
+                          torch.arange(w, dtype=torch.float32), indexing="ij")
     if ref_grid is not None:
         rh, rw = check_grid("ref_grid", ref_grid)
         r, c = (r + 0.5) * rh / h - 0.5, (c + 0.5) * rw / w - 0.5
-    return r.flatten(), c.flatten()                                      # 2 x (h*w,)
+    return r.flatten(), c.flatten()  # 2 x (h*w,)
 
 
 @dataclass
@@ -117,35 +119,54 @@ def grid_similarity(table: Tensor, grid) -> dict:
     return out
 
 
-def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *, num_prefix_tokens: int = 0) -> Tensor:
-    """Resize a learned [prefix + old_h*old_w, D] table to [prefix + new_h*new_w, D] (ViT section 3.2).
+def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *,
+                          num_prefix_tokens: int = 0) -> Tensor:
+    """Resize a learned [prefix + old_h*old_w, D] table to
+    [prefix + new_h*new_w, D] (ViT section 3.2).
 
-    The patch rows are reshaped to the (old_h, old_w) grid, resampled bicubically to
-    (new_h, new_w) exactly as `transformers`' `ViTEmbeddings.interpolate_pos_encoding`
-    (`F.interpolate(size=new_grid, mode="bicubic", align_corners=False)`), and
-    flattened back in raster order; the first `num_prefix_tokens` rows (0, or 1 for a
-    [CLS] row) are kept unchanged. A leading batch axis [1, L, D] is accepted and kept. Half-precision
-    tables are resampled in float32, float64 ones in float64; an integer table is refused.
+    The patch rows are reshaped to the (old_h, old_w) grid, resampled
+    bicubically to (new_h, new_w) exactly as `transformers`'
+    `ViTEmbeddings.interpolate_pos_encoding`
+    (`F.interpolate(size=new_grid, mode="bicubic", align_corners=False)`),
+    and flattened back in raster order; the first `num_prefix_tokens` rows
+    (0, or 1 for a [CLS] row) are kept unchanged. A leading batch axis
+    [1, L, D] is accepted and kept. Half-precision tables are resampled in
+    float32, float64 ones in float64; an integer table is refused.
     """
-    if not isinstance(pos_embed, Tensor) or pos_embed.dim() not in (2, 3) or (pos_embed.dim() == 3 and pos_embed.shape[0] != 1):
-        got = tuple(pos_embed.shape) if isinstance(pos_embed, Tensor) else type(pos_embed).__name__
-        raise ValueError(f"pos_embed must be a tensor [length, dim] or [1, length, dim]; got {got}")
-    if not isinstance(num_prefix_tokens, int) or isinstance(num_prefix_tokens, bool) or num_prefix_tokens < 0:
-        raise ValueError(f"num_prefix_tokens must be a non-negative int (1 for a [CLS] row); got {num_prefix_tokens!r}")
-    (oh, ow), (nh, nw) = check_grid("old_grid", old_grid), check_grid("new_grid", new_grid)
-    table = pos_embed[0] if pos_embed.dim() == 3 else pos_embed                  # (L, D)
+    if (not isinstance(pos_embed, Tensor) or pos_embed.dim() not in (2, 3) or
+            (pos_embed.dim() == 3 and pos_embed.shape[0] != 1)):
+        got = (tuple(pos_embed.shape) if isinstance(pos_embed, Tensor)
+               else type(pos_embed).__name__)
+        raise ValueError(
+            f"pos_embed must be a tensor [length, dim] or [1, length, dim]; "
+            f"got {got}")
+    if (not isinstance(num_prefix_tokens, int) or
+            isinstance(num_prefix_tokens, bool) or num_prefix_tokens < 0):
+        raise ValueError(f"num_prefix_tokens must be a non-negative int "
+                         f"(1 for a [CLS] row); got {num_prefix_tokens!r}")
+    (oh, ow), (nh, nw) = (check_grid("old_grid", old_grid),
+                          check_grid("new_grid", new_grid))
+    table = pos_embed[0] if pos_embed.dim() == 3 else pos_embed  # (L, D)
     if table.shape[0] != num_prefix_tokens + oh * ow:
-        raise ValueError(f"pos_embed has {table.shape[0]} rows but old_grid={old_grid!r} with num_prefix_tokens="
-                         f"{num_prefix_tokens} needs {num_prefix_tokens + oh * ow}")
+        raise ValueError(
+            f"pos_embed has {table.shape[0]} rows but old_grid={old_grid!r} "
+            f"with num_prefix_tokens={num_prefix_tokens} "
+            f"needs {num_prefix_tokens + oh * ow}")
     if not table.is_floating_point():
-        raise TypeError(f"pos_embed must be a floating-point table (bicubic resampling of {table.dtype} would "
-                        f"truncate it); got dtype {table.dtype}")
+        raise TypeError(
+            f"pos_embed must be a floating-point table "
+            f"(bicubic resampling of {table.dtype} would truncate it); "
+            f"got dtype {table.dtype}")
     prefix, patches = table[:num_prefix_tokens], table[num_prefix_tokens:]
     dim = table.shape[1]
-    wide = torch.promote_types(table.dtype, torch.float32)                      # float64 stays float64
-    grid = patches.to(wide).reshape(1, oh, ow, dim).permute(0, 3, 1, 2)         # (1, D, oh, ow)
-    grid = F.interpolate(grid, size=(nh, nw), mode="bicubic", align_corners=False)  # (1, D, nh, nw)
-    patches = grid.permute(0, 2, 3, 1).reshape(nh * nw, dim).to(table.dtype)    # (nh*nw, D)
+    # float64 stays float64
+    wide = torch.promote_types(table.dtype, torch.float32)
+    # (1, D, oh, ow)
+    grid = patches.to(wide).reshape(1, oh, ow, dim).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=(nh, nw), mode="bicubic",
+                         align_corners=False)  # (1, D, nh, nw)
+    # (nh*nw, D)
+    patches = grid.permute(0, 2, 3, 1).reshape(nh * nw, dim).to(table.dtype)
     out = torch.cat([prefix, patches], 0)
     return out[None] if pos_embed.dim() == 3 else out
 
@@ -242,18 +263,23 @@ class PatchLearned(Scheme):
     def resize_(self, new_grid, mode: str = "interpolate") -> None:
         """Adapt the table to `new_grid` in place.
 
-        mode="interpolate": ViT's bicubic 2-D resize (`interpolate_pos_embed`, [CLS] row kept).
-        mode="extend": no adaptation, the 1-D view: reuse rows in raster order, new rows zero.
+        mode="interpolate": ViT's bicubic 2-D resize
+            (`interpolate_pos_embed`, [CLS] row kept).
+        mode="extend": no adaptation, the 1-D view: reuse rows in raster
+            order, new rows zero.
         """
         new_grid = check_grid("new_grid", new_grid)
         if mode == "interpolate":
-            table = interpolate_pos_embed(self.table, self.grid, new_grid, num_prefix_tokens=1)
+            table = interpolate_pos_embed(self.table, self.grid, new_grid,
+                                          num_prefix_tokens=1)
         elif mode == "extend":
-            table = self.table.new_zeros(1 + new_grid[0] * new_grid[1], self.d_model)
+            table = self.table.new_zeros(1 + new_grid[0] * new_grid[1],
+                                         self.d_model)
             n = min(len(table), len(self.table))
             table[:n] = self.table[:n]
         else:
-            raise ValueError(f"mode must be 'interpolate' or 'extend'; got {mode!r}")
+            raise ValueError(f"mode must be 'interpolate' or 'extend'; "
+                             f"got {mode!r}")
         self.table, self.grid = nn.Parameter(table), new_grid
 
     def patch_table(self) -> Tensor:
@@ -275,10 +301,13 @@ class SinCos2D(Scheme):
         self.base = base
 
     def table(self, ctx: GridContext) -> Tensor:
-        """[h*w, D]: row coordinates in the first D/2 columns, column coordinates in the rest."""
-        r, c = grid_coords(ctx.grid, ctx.ref_grid)                             # on CPU, where sinusoidal_at works
+        """[h*w, D]: row coordinates in the first D/2 columns, column
+        coordinates in the rest."""
+        # on CPU, where sinusoidal_at works
+        r, c = grid_coords(ctx.grid, ctx.ref_grid)
         half = self.d_model // 2
-        p = torch.cat([sinusoidal_at(r, half, self.base), sinusoidal_at(c, half, self.base)], -1)  # (h*w, D)
+        p = torch.cat([sinusoidal_at(r, half, self.base),
+                       sinusoidal_at(c, half, self.base)], -1)  # (h*w, D)
         return to_device(p, ctx.positions.device)
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
@@ -289,19 +318,26 @@ class SinCos2D(Scheme):
         return x + p[None]
 
 
-def axial_rope(x: Tensor, rows: Tensor, cols: Tensor, base: float = 100.0, layout: str = "interleaved") -> Tensor:
-    """Axial 2-D RoPE of x [..., h*w, d]: rotate x_{:d/2} by the rows, x_{d/2:} by the columns.
+def axial_rope(x: Tensor, rows: Tensor, cols: Tensor, base: float = 100.0,
+               layout: str = "interleaved") -> Tensor:
+    """Axial 2-D RoPE of x [..., h*w, d]: rotate x_{:d/2} by the rows,
+    x_{d/2:} by the columns.
 
-        R(r, c) = diag(R_{d/2}(r), R_{d/2}(c)),   <R(r_m, c_m) q, R(r_n, c_n) k> = f(q, k, r_m - r_n, c_m - c_n)
+        R(r, c) = diag(R_{d/2}(r), R_{d/2}(c)),
+        <R(r_m, c_m) q, R(r_n, c_n) k> = f(q, k, r_m - r_n, c_m - c_n)
 
-    since each block is a 1-D RoPE (RoFormer Eq. 16) on its own half; `posenc.rotary.apply_rope` does each
-    (`rotate_at_positions`, its body without the host read of a NaN check, in a training step).
+    since each block is a 1-D RoPE (RoFormer Eq. 16) on its own half;
+    `posenc.rotary.apply_rope` does each (`rotate_at_positions`, its body
+    without the host read of a NaN check, in a training step).
     """
     half = x.shape[-1] // 2
     if x.shape[-1] % 4:
-        raise ValueError(f"axial RoPE needs a head dim divisible by 4 (two rotated halves); got {x.shape[-1]}")
-    return torch.cat([rotate_at_positions(x[..., :half], rows, base, layout),
-                      rotate_at_positions(x[..., half:], cols, base, layout)], -1)      # (..., h*w, d)
+        raise ValueError(f"axial RoPE needs a head dim divisible by 4 "
+                         f"(two rotated halves); got {x.shape[-1]}")
+    # (..., h*w, d)
+    return torch.cat([
+        rotate_at_positions(x[..., :half], rows, base, layout),
+        rotate_at_positions(x[..., half:], cols, base, layout)], -1)
 
 
 class AxialRoPE(Scheme):
@@ -318,13 +354,16 @@ class AxialRoPE(Scheme):
             raise ValueError(f"rope2d needs head_dim = d_model / n_heads divisible by 4; got {self.head_dim}")
         self.base, self.layout = float(base), layout
 
-    def transform_qk(self, q: Tensor, k: Tensor, ctx: PositionContext) -> tuple[Tensor, Tensor]:
+    def transform_qk(self, q: Tensor, k: Tensor,
+                     ctx: PositionContext) -> tuple[Tensor, Tensor]:
         ctx = _grid_of(ctx)
         rows, cols = ctx.coords()
-        n = int(ctx.has_cls)                                                   # leading [CLS] rows stay as they are
+        n = int(ctx.has_cls)  # leading [CLS] rows stay as they are
 
-        def rot(x):                                                            # (B, H, n + h*w, d_h)
-            return torch.cat([x[..., :n, :], axial_rope(x[..., n:, :], rows, cols, self.base, self.layout)], -2)
+        def rot(x):  # (B, H, n + h*w, d_h)
+            return torch.cat([x[..., :n, :],
+                              axial_rope(x[..., n:, :], rows, cols,
+                                         self.base, self.layout)], -2)
         return rot(q), rot(k)
 
 
@@ -386,15 +425,19 @@ class ViT(nn.Module):
         (run by every forward; inside `posenc.host.host_checked()` without the finiteness check)."""
         check_image_size(images, self.stem.patch_size)
 
-    def hidden_states(self, images: Tensor, ref_grid=None, need_weights: bool = False):
-        x, grid = self.stem(images)                                            # (B, N, D), (h, w)
-        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)             # (B, 1+N, D)
-        ctx = GridContext(torch.arange(x.shape[1], device=x.device), causal=False, has_cls=True, grid=grid,
-                          ref_grid=None if ref_grid is None else check_grid("ref_grid", ref_grid),
+    def hidden_states(self, images: Tensor, ref_grid=None,
+                      need_weights: bool = False):
+        x, grid = self.stem(images)            # (B, N, D), (h, w)
+        # (B, 1+N, D)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+        ctx = GridContext(torch.arange(x.shape[1], device=x.device),
+                          causal=False, has_cls=True, grid=grid,
+                          ref_grid=(None if ref_grid is None
+                                    else check_grid("ref_grid", ref_grid)),
                           start=0, extent=(0, x.shape[1] - 1))
         ctx.tables = self.scheme.prepare(ctx)
-        merge_mask(self.scheme, ctx)                                           # hook 3, shared by layers
-        x = self.scheme.embed(x, ctx)                                          # hook 1
+        merge_mask(self.scheme, ctx)           # hook 3, shared by layers
+        x = self.scheme.embed(x, ctx)          # hook 1
         x, maps, _ = run_blocks(self.blocks, self.scheme, x, ctx, need_weights)
         return self.ln_f(x), maps
 

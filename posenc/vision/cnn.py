@@ -39,21 +39,29 @@ class PositionCNN(nn.Module):
 
     causal = False  # posenc.train reads this flag
 
-    def __init__(self, padding: str = "zero", *, channels: int = 16, dilations=(1, 2, 4, 1), in_channels: int = 1):
+    def __init__(self, padding: str = "zero", *, channels: int = 16,
+                 dilations=(1, 2, 4, 1), in_channels: int = 1):
         super().__init__()
         if padding not in PADDINGS:
-            raise ValueError(f"padding must be one of {PADDINGS}; got {padding!r}")
-        if not dilations or any(not isinstance(d, int) or d < 1 for d in dilations):
-            raise ValueError(f"dilations must be a non-empty sequence of positive ints; got {dilations!r}")
+            raise ValueError(
+                f"padding must be one of {PADDINGS}; got {padding!r}")
+        if not dilations or any(not isinstance(d, int) or d < 1
+                                for d in dilations):
+            raise ValueError(
+                f"dilations must be a non-empty sequence of positive ints; "
+                f"got {dilations!r}")
         self.padding, self.dilations = padding, tuple(dilations)
-        mode = {"zero": "zeros", "circular": "circular", "valid": "zeros"}[padding]
+        mode = {"zero": "zeros", "circular": "circular",
+                "valid": "zeros"}[padding]
         layers, c = [], in_channels
         for d in self.dilations:
-            layers += [nn.Conv2d(c, channels, 3, dilation=d, padding=0 if padding == "valid" else d,
+            layers += [nn.Conv2d(c, channels, 3, dilation=d,
+                                 padding=0 if padding == "valid" else d,
                                  padding_mode=mode), nn.ReLU()]
             c = channels
         self.features = nn.Sequential(*layers)
-        self.readout = nn.Conv2d(channels, 2, 1)          # the same linear map at every location
+        # the same linear map at every location
+        self.readout = nn.Conv2d(channels, 2, 1)
 
     @property
     def radius(self) -> int:
