@@ -94,6 +94,31 @@ def test_no_code_line_a_reader_can_open_is_wider_than_the_pages_column():
     assert not wide, "\n".join(wide)
 
 
+def _wide_fenced_lines(markdown: str) -> list[str]:
+    """The lines over 79 characters inside fenced code; a fence opening a directive (`{figure}`, `{eval-rst}`,
+    `{glue:md}`, ...) holds no code."""
+    wide, fence = [], None                                   # the open fence's info string, or None
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = line.strip()[3:] if fence is None else None
+        elif fence is not None and not fence.startswith("{") and len(line) > 79:
+            wide.append(line)
+    return wide
+
+
+def test_code_blocks_of_the_books_pages_fit_the_pages_column():
+    """Fenced code in book/*.md (the opening page's commands and example) and in a chapter's Markdown scrolls
+    sideways past 79 characters like a code cell."""
+    import json
+    wide = [f"{path.name}: {line}" for path in sorted((ROOT / "book").rglob("*.md"))
+            for line in _wide_fenced_lines(path.read_text())]
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "markdown":
+                wide += [f"{path.name} cell {i}: {line}" for line in _wide_fenced_lines("".join(cell["source"]))]
+    assert not wide, "\n".join(wide)
+
+
 def test_package_source_a_chapter_prints_fits_the_pages_column():
     """A chapter shows its scheme's implementation by printing `inspect.getsource(...)` into a folded
     output; those objects are laid out within 79 characters in the package so the listing does not
