@@ -1,7 +1,13 @@
 """The repository address lives in _config.yml alone: badges, install cells and the README agree with it."""
+import inspect
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+
+import pytest
+
+import posenc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,6 +85,20 @@ def test_glue_stores_for_the_book_and_does_nothing_without_myst_nb(monkeypatch):
     assert glue("b", 2) is False and stored == [("a", 1, False)]
 
 
+def test_a_listing_shows_the_objects_source_as_python_markdown_and_refuses_what_has_none():
+    from posenc.alibi import ALiBi, alibi_slopes
+    from posenc.book import listing
+    shown = listing(alibi_slopes, ALiBi.score_mod)
+    first, method = inspect.getsource(alibi_slopes), inspect.getsource(ALiBi.score_mod)
+    assert repr(shown) == first.rstrip("\n") + "\n\n\n" + textwrap.dedent(method)   # the method starts at column 0
+    assert shown._repr_markdown_() == "```python\n" + repr(shown) + "```\n"
+    with_fence = listing(posenc.book.Listing)                        # its docstring holds a ``` run: a longer fence
+    assert with_fence._repr_markdown_().startswith("````python\n") and with_fence._repr_markdown_().endswith("\n````\n")
+    with pytest.raises(ValueError, match="at least one"):
+        listing()
+    with pytest.raises(TypeError, match=r"objects\[1\] must be a function, class or method.*got int 3"):
+        listing(alibi_slopes, 3)
+
 def test_no_code_line_a_reader_can_open_is_wider_than_the_pages_column():
     """The book's CSS fits 79 characters of code in a laptop's text column (book/static/posenc.css); a longer
     line scrolls sideways, in a shown cell or a folded (hide-input) one once unfolded, and in the Colab copy.
@@ -119,17 +139,18 @@ def test_code_blocks_of_the_books_pages_fit_the_pages_column():
     assert not wide, "\n".join(wide)
 
 
-def test_package_source_a_chapter_prints_fits_the_pages_column():
-    """A chapter shows its scheme's implementation by printing `inspect.getsource(...)` into a folded
-    output; those objects are laid out within 79 characters in the package so the listing does not
-    scroll sideways either (nbval keeps the stored listing equal to the package's source)."""
+def test_package_source_a_chapter_lists_fits_the_pages_column():
+    """A chapter shows its scheme's implementation with `listing(...)` (posenc.book), in a folded output; those
+    objects are laid out within 79 characters in the package so the listing does not scroll sideways either
+    (nbval keeps the stored listing equal to the package's source)."""
     import json
-    wide = []
+    wide, cells = [], 0
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] != "code" or "inspect.getsource(" not in "".join(cell["source"]):
+            if cell["cell_type"] != "code" or "listing(" not in "".join(cell["source"]):
                 continue
-            assert cell.get("outputs"), f"{path.name} cell {i} prints source but has no stored output"
-            text = "".join("".join(out.get("text", "")) for out in cell["outputs"])
-            wide += [f"{path.name} cell {i}: {line}" for line in text.splitlines() if len(line) > 79]
-    assert not wide, "\n".join(wide)
+            shown = [out["data"]["text/plain"] for out in cell.get("outputs", []) if "text/markdown" in out.get("data", {})]
+            assert shown, f"{path.name} cell {i} lists source but has no stored listing"
+            cells += 1
+            wide += [f"{path.name} cell {i}: {line}" for line in "".join("".join(text) for text in shown).splitlines() if len(line) > 79]
+    assert cells >= 20 and not wide, "\n".join(wide)
