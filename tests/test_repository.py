@@ -85,6 +85,21 @@ def test_glue_stores_for_the_book_and_does_nothing_without_myst_nb(monkeypatch):
     assert glue("b", 2) is False and stored == [("a", 1, False)]
 
 
+def test_printed_text_a_page_shows_wraps_or_fits_the_pages_column():
+    """A shown cell whose printed text runs past 79 characters is tagged `wrap-output` (book/static/posenc.css
+    wraps it at the page's width); otherwise its last words hide behind a scrollbar. Folded outputs (printed
+    tables, which keep their columns and scroll in their own box) are exempt."""
+    import json
+    unwrapped = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            tags = set(cell["metadata"].get("tags", []))
+            if cell["cell_type"] != "code" or tags & {"wrap-output", "hide-output", "remove-output", "remove-cell"}:
+                continue
+            text = "".join("".join(out["text"]) for out in cell.get("outputs", []) if out["output_type"] == "stream")
+            unwrapped += [f"{path.name} cell {i}: {line}" for line in text.splitlines() if len(line) > 79]
+    assert not unwrapped, "\n".join(unwrapped)
+
 def test_a_listing_shows_the_objects_source_as_python_markdown_and_refuses_what_has_none():
     from posenc.alibi import ALiBi, alibi_slopes
     from posenc.book import listing
