@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import posenc.runs.train as train_module
-from posenc.runs import RunSpec
 from posenc.runs.plans import plan
 from posenc.runs.recipes import get_recipe, random_position_table
 

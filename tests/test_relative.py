@@ -9,8 +9,7 @@ import torch
 import posenc
 from posenc.absolute import sinusoidal_at
 from posenc.attention import causal_mask
-from posenc.relative import (clipped_relative_positions, gather_relative, rel_shift, relative_ids,
-                             spread_relative)
+from posenc.relative import clipped_relative_positions, gather_relative, rel_shift, spread_relative
 from posenc.scheme import PositionContext, Scheme
 from transformers import Wav2Vec2BertConfig, XLNetConfig, XLNetModel
 from transformers.models.wav2vec2_bert import modeling_wav2vec2_bert as w2v

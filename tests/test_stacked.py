@@ -16,7 +16,7 @@ from posenc.host import host_checked
 from posenc.model import build_model, lm_loss
 from posenc.runs import RunSpec, Store, run_specs
 from posenc.runs.execute import execute, seed_groups
-from posenc.runs.recipes import SPLIT, stack_refusal
+from posenc.runs.recipes import stack_refusal
 from posenc.runs.stacked import STACKED_SDPA, check_stackable, clip_per_seed, stack_models, train_stacked
 from posenc.tasks import make_task
 

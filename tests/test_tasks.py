@@ -1,5 +1,4 @@
 """Synthetic tasks and the shipped corpus: answers right by construction, splits clean."""
-import gzip
 import hashlib
 import math
 

@@ -17,7 +17,7 @@ from conftest import small_model
 
 def _layer0(model, tokens):
     """Content q, k of layer 0 ([B, H, N, dh]) and p U_Q, p U_K ([H, N, dh]) by hand."""
-    s, B, n = model.scheme, tokens.shape[0], tokens.shape[1]
+    s, B = model.scheme, tokens.shape[0]
     x = model.tok(tokens)
     if model.cls is not None:
         x = torch.cat([model.cls.expand(B, -1, -1), x], 1)

@@ -98,7 +98,7 @@ def test_untied_with_equal_layers_equals_shared(causal):
     tokens = torch.randint(0, VOCAB, (3, 16))
     torch.testing.assert_close(untied(tokens), shared(tokens), rtol=1e-6, atol=1e-6)
     if causal:
-        (l1, m1), (l2, m2) = shared.forward_segment(tokens[:, :8]), untied.forward_segment(tokens[:, :8])
+        (_, m1), (_, m2) = shared.forward_segment(tokens[:, :8]), untied.forward_segment(tokens[:, :8])
         torch.testing.assert_close(untied.forward_segment(tokens[:, 8:], m2, mem_len=16)[0],
                                    shared.forward_segment(tokens[:, 8:], m1, mem_len=16)[0], rtol=1e-6, atol=1e-6)
     for m in (shared, untied):

@@ -20,7 +20,6 @@ from .costs import saved_bytes, train_steps
 from .gpu import peak_bytes
 from ..model import build_model
 from ..scheme import SCHEMES
-from ..scheme import Scheme
 from ..table import Table
 from ..model import lm_loss
 from .timing import interleaved_times

@@ -20,7 +20,6 @@ normalised (row, column); `PositionTask` feeds it noise images and the targets.
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
