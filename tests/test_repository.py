@@ -166,6 +166,8 @@ def test_package_source_a_chapter_lists_fits_the_pages_column():
                 continue
             shown = [out["data"]["text/plain"] for out in cell.get("outputs", []) if "text/markdown" in out.get("data", {})]
             assert shown, f"{path.name} cell {i} lists source but has no stored listing"
+            assert cell["metadata"].get("mystnb", {}).get("code_prompt_show") == "Show the source", \
+                f"{path.name} cell {i}: its fold should say what it holds (mystnb code_prompt_show)"
             cells += 1
             wide += [f"{path.name} cell {i}: {line}" for line in "".join("".join(text) for text in shown).splitlines() if len(line) > 79]
     assert cells >= 20 and not wide, "\n".join(wide)
