@@ -100,7 +100,8 @@ class Attention(nn.Module):
         ).permute(2, 0, 3, 1, 4)
         if kv is not None:  # queries from x, with the same W_q
             q = F.linear(x, self.qkv.weight[:D]).view(
-                B, T, self.n_heads, D // self.n_heads).transpose(1, 2)
+                B, T, self.n_heads, D // self.n_heads
+            ).transpose(1, 2)
         q = q[:, :, -T:]  # 3 x (B, H, T or M+T, Dh)
         # hook 2: rotate q, k (this layer's way)
         q, k = scheme.layer_transform_qk(q, k, ctx, self.layer)
@@ -134,13 +135,13 @@ class Attention(nn.Module):
             y = y if u is None else y + u
         elif _stacked(q) and not causal_only:
             # seeds under vmap: SDPA fails there on CUDA
-            y, probs = explicit_attention(q, k, v, _cast(mask, q), scale,
-                                          False, p)[0], None
+            y, probs = explicit_attention(
+                q, k, v, _cast(mask, q), scale, False, p)[0], None
         elif (q.device.type == "cpu" and _learns(mask)
                 and torch.is_grad_enabled() and not p):
             # SDPA's math path, leaner
-            y, probs = learned_bias_attention(q, k, v, _cast(mask, q),
-                                              scale), None
+            y, probs = learned_bias_attention(
+                q, k, v, _cast(mask, q), scale), None
         else:
             y, probs = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=_cast(mask, q), dropout_p=p,

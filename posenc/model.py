@@ -160,8 +160,8 @@ class Transformer(nn.Module):
             self, tokens: Tensor, memory: list[Tensor] | None = None,
             positions: Tensor | None = None, mem_len: int | None = None
     ) -> tuple[Tensor, list[Tensor]]:
-        """Transformer-XL's segment-level recurrence: (logits [B, T, vocab],
-        new memory).
+        """Transformer-XL's segment-level recurrence:
+        (logits [B, T, vocab], new memory).
 
         `memory` holds, per layer, the inputs [B, M, D] of that block for the
         M tokens just before this segment (None: no memory). The new memory is

@@ -199,8 +199,8 @@ def learned_extension(spec, device: str = "cpu") -> dict:
             **spec.options}
     task = make_task(spec.task, **spec.task_kwargs)
     L = task.train_length
-    long_task = SyntheticTask(**{**spec.task_kwargs, "train_length": 2 * L,
-                                 "max_eval_factor": 1})
+    long_task = SyntheticTask(**{
+        **spec.task_kwargs, "train_length": 2 * L, "max_eval_factor": 1})
     out = sequence(spec, device)
     base = out["model"]
     dev = next(base.parameters()).device
@@ -211,15 +211,15 @@ def learned_extension(spec, device: str = "cpu") -> dict:
              "acc_2L_clamped": clamped, "table_rows": base.scheme.max_len}]
 
     def both(model):
-        return {"acc_2L": long_task.evaluate(model, 2 * L, n_samples=128,
-                                             device=dev)["accuracy"],
-                "acc_L": long_task.evaluate(model, L, n_samples=128,
-                                            device=dev)["accuracy"]}
+        return {"acc_2L": long_task.evaluate(
+                    model, 2 * L, n_samples=128, device=dev)["accuracy"],
+                "acc_L": long_task.evaluate(
+                    model, L, n_samples=128, device=dev)["accuracy"]}
 
     for init in opts["inits"]:
         model = copy.deepcopy(base)
-        extend_learned_table(model, long_task.seq_len(2 * L, causal=True),
-                             init)
+        extend_learned_table(
+            model, long_task.seq_len(2 * L, causal=True), init)
         rows.append({"stage": "recovery", "init": init, "steps": 0,
                      **both(model)})
         for c in range(opts["chunks"]):
@@ -367,8 +367,8 @@ def rope_scalings(spec, device: str = "cpu") -> dict:
             f"and needs train random_positions; got {mode!r} "
             f"with random_positions={spec.train.get('random_positions')}")
     ft_length = int(opts.get("ft_factor", opts["factor"]) * L)
-    long_task = make_task(spec.task, **{**spec.task_kwargs,
-                                        "train_length": ft_length})
+    long_task = make_task(spec.task, **{
+        **spec.task_kwargs, "train_length": ft_length})
     if grid is None:
         base = sequence(spec, device)  # trains, and scores at spec.lengths
     else:

@@ -159,7 +159,8 @@ def random_positions(n: int, max_position: int,
     subset of size n of [0, M).
 
         p = sort(S),  S ~ Uniform{ S subset of {0, ..., M-1} : |S| = n }
-                      (M = max_position)
+
+        (M = max_position)
 
     drawn as the first n entries of a random permutation of 0..M-1 (every
     subset equally likely), so p_1 < p_2 < ... < p_n: the order of the tokens

@@ -40,8 +40,8 @@ def sinusoidal_angles(positions: Tensor, dim: int,
     then float32-safe."""
     if not isinstance(dim, int) or dim < 2 or dim % 2:
         raise ValueError(f"dim must be a positive even int; got {dim!r}")
-    if isinstance(base, bool) or not (isinstance(base, (int, float)) and
-                                      1 < base < float("inf")):
+    if isinstance(base, bool) or not (isinstance(base, (int, float))
+                                      and 1 < base < float("inf")):
         raise ValueError(f"base must be a finite number > 1; got {base!r}")
     # (dim/2,)
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64,
@@ -118,10 +118,9 @@ class _TableScheme(Scheme):
         """P[positions]: [seq, d_model]; ValueError (naming max_len) past
         the table."""
         n = ctx.seq_len
-        # consecutive positions:
-        if (ctx.start is not None and 0 <= ctx.start and
-                ctx.start + n <= self.max_len):
-            # a view and a cheap backward, no host sync
+        # consecutive positions: a view and a cheap backward, no host sync
+        if (ctx.start is not None and 0 <= ctx.start
+                and ctx.start + n <= self.max_len):
             return self.table.narrow(0, ctx.start, n)
         minmax = ctx.minmax()
         pos, high = (integer_positions(ctx.positions, minmax=minmax),
@@ -198,8 +197,8 @@ class Sinusoidal(Scheme):
         if self.d_model % 2:
             raise ValueError(f"d_model must be even for a sinusoidal table; "
                              f"got {self.d_model}")
-        if (isinstance(base, bool) or not isinstance(base, (int, float)) or
-                not 1 < base < math.inf):
+        if (isinstance(base, bool) or not isinstance(base, (int, float))
+                or not 1 < base < math.inf):
             raise ValueError(
                 f"base must be a finite number > 1; got {base!r}")
         self.base = base
@@ -210,8 +209,8 @@ class Sinusoidal(Scheme):
             self.register_buffer("scale", torch.tensor(1.0), persistent=False)
         elif scale == "learned":
             self.scale = nn.Parameter(torch.tensor(init))
-        elif (isinstance(scale, (int, float)) and
-              not isinstance(scale, bool) and math.isfinite(scale)):
+        elif (isinstance(scale, (int, float))
+              and not isinstance(scale, bool) and math.isfinite(scale)):
             self.register_buffer("scale", torch.tensor(float(scale)),
                                  persistent=False)
         else:
@@ -224,8 +223,8 @@ class Sinusoidal(Scheme):
         if low < 0:
             raise ValueError(f"positions must be >= 0; got min {float(low)}")
         # (T, D)
-        return {"pe": sinusoidal_at(ctx.positions, self.d_model, self.base)
-                      .to(ctx.positions.device)}
+        return {"pe": sinusoidal_at(
+            ctx.positions, self.d_model, self.base).to(ctx.positions.device)}
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:
         if self.token_scale != 1.0:  # Vaswani: sqrt(d) x + PE

@@ -28,8 +28,8 @@ def alibi_slopes(num_heads: int) -> Tensor:
     and the remaining n - p are every other slope of 2p heads (the paper's
     code; BLOOM's too).
     """
-    if (isinstance(num_heads, bool) or not isinstance(num_heads, int) or
-            num_heads < 1):
+    if (isinstance(num_heads, bool) or not isinstance(num_heads, int)
+            or num_heads < 1):
         raise ValueError(
             f"num_heads must be a positive int; got {num_heads!r}")
     p = 2 ** math.floor(math.log2(num_heads))

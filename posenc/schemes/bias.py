@@ -40,10 +40,10 @@ def t5_bucket(relative_position: Tensor, bidirectional: bool = True,
               num_buckets: int = 32, max_distance: int = 128) -> Tensor:
     """T5's bucket id (long, same shape) of each
     relative_position = key_pos - query_pos (contract)."""
-    if (not isinstance(relative_position, Tensor) or
-            relative_position.is_floating_point() or
-            relative_position.is_complex() or
-            relative_position.dtype == torch.bool):
+    if (not isinstance(relative_position, Tensor)
+            or relative_position.is_floating_point()
+            or relative_position.is_complex()
+            or relative_position.dtype == torch.bool):
         raise TypeError("relative_position must be an integer tensor "
                         "(key_pos - query_pos)")
     if not isinstance(bidirectional, bool):

@@ -229,8 +229,8 @@ class ComplexAttention(nn.Module):
         self.out = ComplexLinear(dim, dim, bias=False)
 
     def weights(self, q: Tensor, k: Tensor) -> Tensor:
-        """Softmax attention weights [B, H, T, T] (real) from complex q, k
-        [B, H, T, Dh]."""
+        """Softmax attention weights [B, H, T, T] (real)
+        from complex q, k [B, H, T, Dh]."""
         s = q @ k.conj().transpose(-2, -1)              # (B, H, T, T) complex
         a = ((s.abs() if self.score == "modulus" else s.real)
              / math.sqrt(q.shape[-1]))

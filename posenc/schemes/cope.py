@@ -118,7 +118,7 @@ def interpolate_logits(z: Tensor, positions: Tensor) -> Tensor:
     lost = p.isnan()  # NaN.long() indexes nowhere
     p = p.masked_fill(lost, 0.0)
     floor, ceil = p.floor(), p.ceil()
-    w = p - floor     # differentiable in p
+    w = p - floor  # differentiable in p
     z_ceil = z.gather(-1, ceil.long().expand(*z.shape[:-2], *p.shape[-2:]))
     z_floor = z.gather(-1, floor.long().expand(*z.shape[:-2], *p.shape[-2:]))
     # (.., Q, K)
@@ -129,29 +129,43 @@ def _describe(value) -> str:
     return f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
 
 
-def cope_logits(q: Tensor, k: Tensor, table: Tensor, scale: float, gates: Tensor | None = None) -> Tensor:
-    """The position term q_i . e(p_ij) * scale of eq. (6), [batch, heads, Q, K].
+def cope_logits(q: Tensor, k: Tensor, table: Tensor, scale: float,
+                gates: Tensor | None = None) -> Tensor:
+    """The position term q_i . e(p_ij) * scale of eq. (6),
+    [batch, heads, Q, K].
 
-    q [B, H, Q, d], k [B, H, K, d]; table e [P, d] (shared by the heads) or [H, P, d];
+    q [B, H, Q, d], k [B, H, K, d];
+    table e [P, d] (shared by the heads) or [H, P, d];
     `gates` replaces eq. (3) when given ([.., Q, K], zero after the query).
     """
     for name, x in (("q", q), ("k", k), ("table", table)):
-        if not isinstance(x, Tensor) or not x.is_floating_point():     # integer logits would be truncated
-            raise TypeError(f"{name} must be a floating-point tensor; got "
-                            f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
-    if table.dim() not in (2, 3) or table.shape[-1] != q.shape[-1] or table.shape[-2] < 1:
+        # integer logits would be truncated
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            raise TypeError(
+                f"{name} must be a floating-point tensor; got "
+                f"{x.dtype if isinstance(x, Tensor) else type(x).__name__}")
+    if (table.dim() not in (2, 3) or table.shape[-1] != q.shape[-1]
+            or table.shape[-2] < 1):
         d = q.shape[-1]
-        raise ValueError(f"table must be [npos >= 1, {d}] or [heads, npos >= 1, {d}]; got {tuple(table.shape)}")
+        raise ValueError(f"table must be [npos >= 1, {d}] or "
+                         f"[heads, npos >= 1, {d}]; "
+                         f"got {tuple(table.shape)}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float, Tensor)):
-        raise TypeError(f"scale must be a number (1/sqrt(d) in the model); got {scale!r}")
-    if gates is not None and (not isinstance(gates, Tensor) or gates.dim() < 2
-                              or tuple(gates.shape[-2:]) != (q.shape[-2], k.shape[-2])):
-        raise ValueError(f"gates must be a tensor [..., Q={q.shape[-2]}, K={k.shape[-2]}] (one gate per query and "
-                         f"key); got {_describe(gates)}")
+        raise TypeError(f"scale must be a number (1/sqrt(d) in the model); "
+                        f"got {scale!r}")
+    if gates is not None and (
+            not isinstance(gates, Tensor) or gates.dim() < 2
+            or tuple(gates.shape[-2:]) != (q.shape[-2], k.shape[-2])):
+        raise ValueError(f"gates must be a tensor "
+                         f"[..., Q={q.shape[-2]}, K={k.shape[-2]}] "
+                         f"(one gate per query and key); "
+                         f"got {_describe(gates)}")
     g = cope_gates(q, k, scale) if gates is None else gates
-    p = contextual_positions(g.to(_wide(q)))                                   # (B, H, Q, K) eq. (4)
-    z = (q @ table.to(q.dtype).transpose(-2, -1)).to(_wide(q))                 # (B, H, Q, P) z_i[p] = q_i . e[p]
-    return (interpolate_logits(z, p) * scale).to(q.dtype)                      # (B, H, Q, K) eqs. (5), (6)
+    p = contextual_positions(g.to(_wide(q)))  # (B, H, Q, K) eq. (4)
+    # (B, H, Q, P) z_i[p] = q_i . e[p]
+    z = (q @ table.to(q.dtype).transpose(-2, -1)).to(_wide(q))
+    # (B, H, Q, K) eqs. (5), (6)
+    return (interpolate_logits(z, p) * scale).to(q.dtype)
 
 
 # -- the scheme -----------------------------------------------------------------------
@@ -193,5 +207,6 @@ class CoPE(Scheme):
                      layer: int) -> Tensor:
         # (H, P, Dh) or (P, Dh)
         table = self.table[layer] if self.per_head else self.table[layer, 0]
+        # (B, H, T, T)
         return cope_logits(q, k, table, self.logit_scale(),
-                           gates=self.gates(q, k))  # (B, H, T, T)
+                           gates=self.gates(q, k))

@@ -206,7 +206,7 @@ class DeBERTa(Scheme):
     def layer_input(self, x: Tensor, ctx: PositionContext,
                     layer: int) -> Tensor:
         """Residual EMD: H + P_abs enters before layer n_layers - emd_layers
-        (and only there)."""
+        (layers counted from 0), and only there."""
         if (self.absolute == "emd" and self.emd_passes is None
                 and layer == self.n_layers - self.emd_layers):
             return self._absolute(x, ctx)

@@ -90,26 +90,37 @@ def sinusoidal_dynamics(dim: int, base: float = 10000.0, delta: float = 1.0) -> 
     return LinearDynamics(torch.block_diag(*blocks)), p0
 
 
-def rk4_on_host_grid(func: nn.Module, p0: Tensor, times: Tensor, delta: float) -> Tensor:
-    """p(t) at the increasing times [K] (a CPU tensor, times[0] = 0), from p(0) = p0: [K, ..., d].
+def rk4_on_host_grid(func: nn.Module, p0: Tensor, times: Tensor,
+                     delta: float) -> Tensor:
+    """p(t) at the increasing times [K] (a CPU tensor, times[0] = 0),
+    from p(0) = p0: [K, ..., d].
 
-    RK4 (the 3/8 rule) with step delta from 0, linear interpolation between steps:
+    RK4 (the 3/8 rule) with step delta from 0,
+    linear interpolation between steps:
 
-        k1 = h(t, y),  k2 = h(t + dt/3, y + dt k1/3),  k3 = h(t + 2dt/3, y + dt (k2 - k1/3)),
-        k4 = h(t + dt, y + dt (k1 - k2 + k3)),         y(t + dt) = y + dt (k1 + 3 (k2 + k3) + k4) / 8
+        k1 = h(t, y),
+        k2 = h(t + dt/3, y + dt k1/3),
+        k3 = h(t + 2dt/3, y + dt (k2 - k1/3)),
+        k4 = h(t + dt, y + dt (k1 - k2 + k3)),
+        y(t + dt) = y + dt (k1 + 3 (k2 + k3) + k4) / 8
 
-    This is torchdiffeq's `odeint(func, p0, times, method="rk4", options={"step_size": delta})`
-    operation for operation (the same numbers on the CPU), except that the time grid and its
-    comparisons stay on the host: torchdiffeq moves them to p0's device and compares them in
-    Python at every step, which on a GPU waits for it twice per step.
+    This is torchdiffeq's
+    `odeint(func, p0, times, method="rk4", options={"step_size": delta})`
+    operation for operation (the same numbers on the CPU), except that the
+    time grid and its comparisons stay on the host: torchdiffeq moves them to
+    p0's device and compares them in Python at every step, which on a GPU
+    waits for it twice per step.
     """
     niters = int(torch.ceil((times[-1] - times[0]) / delta + 1))
-    grid = torch.arange(0, niters, dtype=times.dtype) * delta + times[0]                   # torchdiffeq's grid
+    # torchdiffeq's grid
+    grid = torch.arange(0, niters, dtype=times.dtype) * delta + times[0]
     grid[-1] = times[-1]
-    if torch._C._functorch.is_functorch_wrapped_tensor(p0):   # under torch.func.vmap: stacked, never written in place
+    # under torch.func.vmap: stacked, never written in place
+    if torch._C._functorch.is_functorch_wrapped_tensor(p0):
         solution = [p0]
-    else:                                                         # torchdiffeq's way (and its gradients, bit for bit)
-        solution = torch.empty(len(times), *p0.shape, dtype=p0.dtype, device=p0.device)
+    else:  # torchdiffeq's way (and its gradients, bit for bit)
+        solution = torch.empty(len(times), *p0.shape, dtype=p0.dtype,
+                               device=p0.device)
         solution[0] = p0
     j, y0 = 1, p0
     for t0, t1 in zip(grid[:-1], grid[1:]):
@@ -119,8 +130,9 @@ def rk4_on_host_grid(func: nn.Module, p0: Tensor, times: Tensor, delta: float) -
         k3 = func(t0 + dt * (2 / 3), y0 + dt * (k2 - k1 * (1 / 3)))
         k4 = func(t1, y0 + dt * (k1 - k2 + k3))
         y1 = y0 + (k1 + 3 * (k2 + k3) + k4) * dt * 0.125
-        while j < len(times) and t1 >= times[j]:                                          # host tensors: no wait
-            row = y1 if times[j] == t1 else y0 + (times[j] - t0) / (t1 - t0) * (y1 - y0)
+        while j < len(times) and t1 >= times[j]:  # host tensors: no wait
+            row = (y1 if times[j] == t1
+                   else y0 + (times[j] - t0) / (t1 - t0) * (y1 - y0))
             if isinstance(solution, list):
                 solution.append(row)
             else:
@@ -177,10 +189,13 @@ def solve_positions(func: nn.Module, p0: Tensor, positions: Tensor, *,
     return traj[index[1:]].movedim(0, -2)                       # (..., T, d)
 
 
-def _positive_int_or_none(name: str, value, none_means: str) -> None:
-    """Raise a ValueError naming `name` unless `value` is None or an int >= 1 (not a bool)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be a positive int or None ({none_means}); got {value!r}")
+def _check_positive_int_or_none(name: str, value, *, none_means: str) -> None:
+    """Raise a ValueError naming `name` unless `value` is None or an int >= 1
+    (not a bool); `none_means` says what None stands for."""
+    if value is not None and (isinstance(value, bool)
+                              or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive int or None "
+                         f"({none_means}); got {value!r}")
 
 
 @register("floater")
@@ -196,8 +211,8 @@ class Floater(Scheme):
             torchdiffeq solver ("dopri5", ...).
         adjoint: backpropagate with the adjoint method (memory O(1) in the
             steps).
-        dynamics: replace h by any module f(t, p) (e.g.
-            `sinusoidal_dynamics`).
+        dynamics: replace h by any module f(t, p)
+            (e.g. `sinusoidal_dynamics`).
         solve_on: "device" (where the parameters are) or "host": with the
             parameters on a GPU, solve on the CPU with differentiable copies
             of them, and send the solution over. The solve is T sequential
@@ -213,8 +228,8 @@ class Floater(Scheme):
             raises a ValueError instead of starting that solve.
     """
 
-    # solve_on="host" copies the solution over every step; the solve's cache
-    # is replaced
+    # solve_on="host" copies the solution over every step;
+    # the solve's cache is replaced
     graph_safe = False
 
     def __init__(self, *, delta: float = 0.1, hidden: int | None = None,
@@ -229,22 +244,25 @@ class Floater(Scheme):
         if not isinstance(adjoint, bool):
             raise TypeError(f"adjoint must be True or False; got {adjoint!r}")
         if solve_on == "host" and adjoint:
-            raise ValueError("solve_on='host' needs adjoint=False (the "
-                             "adjoint solver integrates the module itself)")
+            raise ValueError(
+                "solve_on='host' needs adjoint=False "
+                "(the adjoint solver integrates the module itself)")
         self.solve_on = solve_on
         if (isinstance(delta, bool) or not isinstance(delta, (int, float))
                 or not 0 < delta < math.inf):
             raise ValueError(f"delta must be a finite number > 0; "
                              f"got {delta!r}")
-        _positive_int_or_none("hidden", hidden, "d_model")
+        _check_positive_int_or_none("hidden", hidden, none_means="d_model")
         if method not in SOLVERS:
             raise ValueError(f"method must be one of torchdiffeq's solvers "
                              f"{SOLVERS}; got {method!r}")
-        _positive_int_or_none("max_position", max_position, "no limit")
+        _check_positive_int_or_none("max_position", max_position,
+                                    none_means="no limit")
         self.delta, self.method, self.adjoint, self.max_position = (
             delta, method, adjoint, max_position)
-        self.dynamics = (dynamics if dynamics is not None else
-                         MLPDynamics(self.d_model, hidden or self.d_model))
+        self.dynamics = (
+            dynamics if dynamics is not None
+            else MLPDynamics(self.d_model, hidden or self.d_model))
         self.p0 = nn.Parameter(torch.randn(self.n_layers, self.d_model)
                                * TOKEN_INIT_STD)                     # (N, D)
         self.register_buffer("cached",
@@ -337,7 +355,7 @@ class Floater(Scheme):
                and minmax is not None
                and 0 <= minmax[0] and minmax[1] < self.cached.shape[1]
                and getattr(self, "_cached_for", None)
-               == self._parameters_stamp())                    # not stale
+                   == self._parameters_stamp())                # not stale
         # (N, T, D)
         return {"floater": self.cached[:, pos] if hit
                 else self.solve(pos, ctx.positions_on_host())}

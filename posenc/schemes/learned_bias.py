@@ -259,15 +259,18 @@ class FIRE(Scheme):
                                     for _ in range(1 if shared_layers else self.n_layers))
 
     def prepare(self, ctx: PositionContext) -> dict:
-        tables = {"fire_distance": _distance(ctx.positions), "fire_span": _span(ctx.positions)}
-        if self.shared_layers:                                   # one bias for every layer: build it once
-            tables["fire_bias"] = self.layers[0](tables["fire_distance"], tables["fire_span"])
+        tables = {"fire_distance": _distance(ctx.positions),
+                  "fire_span": _span(ctx.positions)}
+        if self.shared_layers:  # one bias for every layer: build it once
+            tables["fire_bias"] = self.layers[0](tables["fire_distance"],
+                                                 tables["fire_span"])
         return tables
 
     def layer_logit_bias(self, ctx: PositionContext, layer: int) -> Tensor:
         if self.shared_layers:
             return ctx.tables["fire_bias"]
-        return self.layers[layer](ctx.tables["fire_distance"], ctx.tables["fire_span"])
+        return self.layers[layer](ctx.tables["fire_distance"],
+                                  ctx.tables["fire_span"])
 
 
 # -- expressivity (the paper's Theorem 3.1) -----------------------------------------------

@@ -69,12 +69,12 @@ class Recurrent(Scheme):
         bidirectional: a bidirectional GRU; None (default) follows the model:
             True in a bidirectional model, False in a causal one (where True
             is refused: it would leak).
-        residual: True (default): x_i + W h_i + b; False: W h_i + b (the
-            article's form).
+        residual: True (default): x_i + W h_i + b; False: W h_i + b
+            (the article's form).
     """
 
-    # ctx.positions is never read: an offset of every position id changes
-    # nothing
+    # ctx.positions is never read:
+    # an offset of every position id changes nothing
     shift_invariant = True
     vmappable = False  # torch.nn.GRU has no torch.func.vmap batching rule
 

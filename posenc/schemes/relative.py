@@ -215,8 +215,8 @@ class TransformerXL(Scheme):
 
     def prepare(self, ctx: PositionContext) -> dict:
         q_pos, k_pos = ctx.positions, key_positions(ctx)
-        # the model's context: keys are the integers just before and at the
-        # queries
+        # the model's context:
+        # keys are the integers just before and at the queries
         if ctx.extent is not None:
             contiguous = ctx.start is not None
         else:
@@ -224,8 +224,8 @@ class TransformerXL(Scheme):
             contiguous = (
                 bool(len(k_pos) < 2 or (step == 1).all())
                 and bool((q_pos == k_pos[len(k_pos) - len(q_pos):]).all()))
-        # distances k_len-1 .. 0 (causal) or .. -(q_len-1) (bidirectional),
-        # decreasing
+        # distances k_len-1 .. 0 (causal)
+        # or .. -(q_len-1) (bidirectional), decreasing
         if contiguous:
             low = 0 if self.causal else -(len(q_pos) - 1)
             distances = torch.arange(len(k_pos) - 1, low - 1, -1,

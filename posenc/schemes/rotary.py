@@ -478,8 +478,8 @@ class RoPE(Scheme):
                         f"positions, the rotated dims from rotary_fraction); "
                         f"give original_max_position_embeddings, "
                         f"the training context")
-            if (scaling == "dynamic" and
-                    "original_max_position_embeddings" not in params):
+            if (scaling == "dynamic"
+                    and "original_max_position_embeddings" not in params):
                 raise ValueError(
                     "scaling='dynamic' needs "
                     "original_max_position_embeddings, the training context "
@@ -500,10 +500,10 @@ class RoPE(Scheme):
                 # a refused scaling leaves the scheme as it was
                 self.scaling, self.factor, self.scaling_params = previous
                 raise type(err)(f"scaling={scaling!r}: {err}") from None
-        # The class says True (RoPE's scores depend on m - n only); a scaling
-        # that reads the current length n = max(position) + 1 makes an offset
-        # of every position change the frequencies, so this instance says
-        # False.
+        # The class says True (RoPE's scores depend on m - n only);
+        # a scaling that reads the current length n = max(position) + 1
+        # makes an offset of every position change the frequencies,
+        # so this instance says False.
         self.shift_invariant = scaling not in LENGTH_DEPENDENT
         self.clear_cache()
 
@@ -525,8 +525,8 @@ class RoPE(Scheme):
         """
         if self.scaling in POSITION_SCALINGS:
             theta = rope_frequencies(self.rot_dim, self.effective_base)
-            theta, a = (theta / self.factor if self.scaling == "pi"
-                        else theta), 1.0
+            theta, a = (
+                (theta / self.factor if self.scaling == "pi" else theta), 1.0)
         else:
             kwargs = {**self.scaling_params}
             if self.scaling != "default":

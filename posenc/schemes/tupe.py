@@ -153,14 +153,18 @@ class TUPE(Scheme):
     def heads(self, t: Tensor) -> Tensor:
         return t.view(t.shape[0], self.n_heads, self.head_dim).transpose(0, 1)   # (N, D) -> (H, N, d_h)
 
-    def position_term(self, ctx: PositionContext) -> tuple[Tensor, Tensor, Tensor]:
-        """(p_i U_Q)(p_j U_K)^T * scale: [H, N, N], and p U_Q, p U_K: [H, N, d_h]."""
+    def position_term(
+            self, ctx: PositionContext) -> tuple[Tensor, Tensor, Tensor]:
+        """(p_i U_Q)(p_j U_K)^T * scale: [H, N, N],
+        and p U_Q, p U_K: [H, N, d_h]."""
         minmax = ctx.minmax()
         pos = integer_positions(ctx.positions, minmax=minmax)
         if minmax is not None and minmax[1] >= self.max_len:
-            raise ValueError(f"positions must be < max_len={self.max_len}; got {int(minmax[1])}")
-        p = self.pos(pos)                                                        # (N, D)
-        pq, pk = self.heads(self.u_q(p)), self.heads(self.u_k(p))                # (H, N, d_h)
+            raise ValueError(f"positions must be < max_len={self.max_len}; "
+                             f"got {int(minmax[1])}")
+        p = self.pos(pos)  # (N, D)
+        # (H, N, d_h)
+        pq, pk = self.heads(self.u_q(p)), self.heads(self.u_k(p))
         return pq @ pk.transpose(-2, -1) * self.logit_scale(), pq, pk
 
     def prepare(self, ctx: PositionContext) -> dict:
@@ -169,18 +173,19 @@ class TUPE(Scheme):
         if self.relative:
             # (N, N): j - i
             rel = ctx.positions[None, :] - ctx.positions[:, None]
-            term = term + self.rel_bias(self._bucket(
-                whole_distances(rel, "TUPE-R's buckets"))).permute(2, 0, 1)
+            term = term + self.rel_bias(
+                self._bucket(whole_distances(rel, "TUPE-R's buckets"))
+            ).permute(2, 0, 1)
         if self.reset and ctx.has_cls:
             term = cls_reset(term, self.theta[0], self.theta[1])
         else:
-            # no reset: theta stays in the graph with a zero gradient (no
-            # unused parameters)
+            # no reset: theta stays in the graph with a zero gradient
+            # (no unused parameters)
             term = term + 0.0 * self.theta.sum()
         return {"tupe_bias": term, "pq": pq, "pk": pk}
 
     def logit_bias(self, ctx: PositionContext) -> Tensor:
-        return ctx.tables["tupe_bias"]                                           # (H, N, N)
+        return ctx.tables["tupe_bias"]  # (H, N, N)
 
     def extra_logits(self, q: Tensor, k: Tensor, ctx: PositionContext, layer: int) -> Tensor | None:
         """BERT-A^d only: the word-position terms (x_i W_Q)(p_j U_K)^T + (p_i U_Q)(x_j W_K)^T, scaled."""

@@ -42,11 +42,14 @@ class PositionTask:
         if not isinstance(self.margin, int) or self.margin < 0:
             raise ValueError(f"margin must be a non-negative int; got {self.margin!r}")
 
-    def batch(self, batch_size: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+    def batch(self, batch_size: int,
+              g: torch.Generator) -> tuple[Tensor, Tensor]:
         """images [B, C, size + 2 margin, same], targets [B, 2, size, size]."""
         side = self.size + 2 * self.margin
-        images = torch.randn(batch_size, self.channels, side, side, generator=g)
-        return images, position_targets(self.size).expand(batch_size, -1, -1, -1)
+        images = torch.randn(batch_size, self.channels, side, side,
+                             generator=g)
+        return images, position_targets(self.size).expand(
+            batch_size, -1, -1, -1)
 
     def train_batch(self, batch_size: int, g: torch.Generator, causal: bool = False):
         """The `posenc.train` interface (`causal` is ignored)."""

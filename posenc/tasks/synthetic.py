@@ -174,7 +174,7 @@ def seq2seq(src: Tensor, ans: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
     """[BOS] src [SEP] ans, shifted for a causal model or with masked answers otherwise. An answer padded to a
     fixed width (scan's) is a target up to its first PAD, its end (`up_to_the_end`)."""
     B, n = src.shape[0], src.shape[1]
-    seq = torch.cat([torch.full((B, 1), BOS), src, torch.full((B, 1), SEP), ans], 1)  # (B, n+m+2)
+    seq = torch.cat([torch.full((B, 1), BOS), src, torch.full((B, 1), SEP), ans], 1)  # (B, n + ans.shape[1] + 2)
     tgt = torch.full_like(seq, IGNORE)
     tgt[:, n + 2:] = up_to_the_end(ans)
     if causal:

@@ -62,15 +62,19 @@ def grid_coords(grid, ref_grid=None) -> tuple[Tensor, Tensor]:
 
 @dataclass
 class GridContext(PositionContext):
-    """A `PositionContext` whose tokens (after an optional [CLS]) are an h x w patch grid."""
+    """A `PositionContext` whose tokens (after an optional [CLS])
+    are an h x w patch grid."""
 
     grid: tuple = (1, 1)
-    ref_grid: tuple | None = None  # express coordinates in this (training) grid's units
+    # express coordinates in this (training) grid's units
+    ref_grid: tuple | None = None
 
     def coords(self) -> tuple[Tensor, Tensor]:
-        """(rows, cols) of the patch tokens, float [h*w] each, on the positions' device."""
+        """(rows, cols) of the patch tokens, float [h*w] each,
+        on the positions' device."""
         r, c = grid_coords(self.grid, self.ref_grid)
-        return to_device(r, self.positions.device), to_device(c, self.positions.device)
+        return (to_device(r, self.positions.device),
+                to_device(c, self.positions.device))
 
 
 def _grid_of(ctx: PositionContext) -> GridContext:
@@ -133,15 +137,15 @@ def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *,
     [1, L, D] is accepted and kept. Half-precision tables are resampled in
     float32, float64 ones in float64; an integer table is refused.
     """
-    if (not isinstance(pos_embed, Tensor) or pos_embed.dim() not in (2, 3) or
-            (pos_embed.dim() == 3 and pos_embed.shape[0] != 1)):
+    if (not isinstance(pos_embed, Tensor) or pos_embed.dim() not in (2, 3)
+            or (pos_embed.dim() == 3 and pos_embed.shape[0] != 1)):
         got = (tuple(pos_embed.shape) if isinstance(pos_embed, Tensor)
                else type(pos_embed).__name__)
         raise ValueError(
             f"pos_embed must be a tensor [length, dim] or [1, length, dim]; "
             f"got {got}")
-    if (not isinstance(num_prefix_tokens, int) or
-            isinstance(num_prefix_tokens, bool) or num_prefix_tokens < 0):
+    if (not isinstance(num_prefix_tokens, int)
+            or isinstance(num_prefix_tokens, bool) or num_prefix_tokens < 0):
         raise ValueError(f"num_prefix_tokens must be a non-negative int "
                          f"(1 for a [CLS] row); got {num_prefix_tokens!r}")
     (oh, ow), (nh, nw) = (check_grid("old_grid", old_grid),
@@ -163,8 +167,9 @@ def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *,
     wide = torch.promote_types(table.dtype, torch.float32)
     # (1, D, oh, ow)
     grid = patches.to(wide).reshape(1, oh, ow, dim).permute(0, 3, 1, 2)
+    # (1, D, nh, nw)
     grid = F.interpolate(grid, size=(nh, nw), mode="bicubic",
-                         align_corners=False)  # (1, D, nh, nw)
+                         align_corners=False)
     # (nh*nw, D)
     patches = grid.permute(0, 2, 3, 1).reshape(nh * nw, dim).to(table.dtype)
     out = torch.cat([prefix, patches], 0)

@@ -56,7 +56,8 @@ class PositionCNN(nn.Module):
         for d in self.dilations:
             layers += [nn.Conv2d(c, channels, 3, dilation=d,
                                  padding=0 if padding == "valid" else d,
-                                 padding_mode=mode), nn.ReLU()]
+                                 padding_mode=mode),
+                       nn.ReLU()]
             c = channels
         self.features = nn.Sequential(*layers)
         # the same linear map at every location
