@@ -85,20 +85,81 @@ def test_glue_stores_for_the_book_and_does_nothing_without_myst_nb(monkeypatch):
     assert glue("b", 2) is False and stored == [("a", 1, False)]
 
 
+def _chapter_cells():
+    """("<notebook> cell <i>", cell) for every cell of every chapter, in order."""
+    import json
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            yield f"{path.name} cell {i}", cell
+
+
+def _wide(where: str, text: str) -> list[str]:
+    return [f"{where}: {line}" for line in text.splitlines() if len(line) > 79]
+
+
+def test_no_code_line_a_reader_can_open_is_wider_than_the_pages_column():
+    """The book's CSS fits 79 characters of code in a laptop's text column (book/static/posenc.css); a longer
+    line scrolls sideways, in a shown cell or a folded (hide-input) one once unfolded, and in the Colab copy.
+    Only removed cells, which no page shows, may be wider."""
+    wide = []
+    for where, cell in _chapter_cells():
+        if cell["cell_type"] == "code" and not set(cell["metadata"].get("tags", [])) & {"remove-input", "remove-cell"}:
+            wide += _wide(where, "".join(cell["source"]))
+    assert not wide, "\n".join(wide)
+
+
 def test_printed_text_a_page_shows_wraps_or_fits_the_pages_column():
     """A shown cell whose printed text runs past 79 characters is tagged `wrap-output` (book/static/posenc.css
     wraps it at the page's width); otherwise its last words hide behind a scrollbar. Folded outputs (printed
     tables, which keep their columns and scroll in their own box) are exempt."""
-    import json
     unwrapped = []
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            tags = set(cell["metadata"].get("tags", []))
-            if cell["cell_type"] != "code" or tags & {"wrap-output", "hide-output", "remove-output", "remove-cell"}:
-                continue
-            text = "".join("".join(out["text"]) for out in cell.get("outputs", []) if out["output_type"] == "stream")
-            unwrapped += [f"{path.name} cell {i}: {line}" for line in text.splitlines() if len(line) > 79]
+    for where, cell in _chapter_cells():
+        tags = set(cell["metadata"].get("tags", []))
+        if cell["cell_type"] == "code" and not tags & {"wrap-output", "hide-output", "remove-output", "remove-cell"}:
+            unwrapped += _wide(where, "".join("".join(out["text"]) for out in cell.get("outputs", [])
+                                              if out["output_type"] == "stream"))
     assert not unwrapped, "\n".join(unwrapped)
+
+
+def _fenced_code(markdown: str) -> str:
+    """The lines inside fenced code; a fence opening a directive (`{figure}`, `{eval-rst}`, `{glue:md}`, ...)
+    holds no code."""
+    code, fence = [], None                                   # the open fence's info string, or None
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = line.strip()[3:] if fence is None else None
+        elif fence is not None and not fence.startswith("{"):
+            code.append(line)
+    return "\n".join(code)
+
+
+def test_code_blocks_of_the_books_pages_fit_the_pages_column():
+    """Fenced code in book/*.md (the opening page's commands and example) and in a chapter's Markdown scrolls
+    sideways past 79 characters like a code cell."""
+    wide = [line for path in sorted((ROOT / "book").rglob("*.md")) for line in _wide(path.name, _fenced_code(path.read_text()))]
+    for where, cell in _chapter_cells():
+        if cell["cell_type"] == "markdown":
+            wide += _wide(where, _fenced_code("".join(cell["source"])))
+    assert not wide, "\n".join(wide)
+
+
+def test_package_source_a_chapter_lists_fits_the_pages_column():
+    """A chapter shows its scheme's implementation with `listing(...)` (posenc.book), in a folded output; those
+    objects are laid out within 79 characters in the package so the listing does not scroll sideways either
+    (nbval keeps the stored listing equal to the package's source)."""
+    wide, cells = [], 0
+    for where, cell in _chapter_cells():
+        if cell["cell_type"] != "code" or "listing(" not in "".join(cell["source"]):
+            continue
+        shown = ["".join(out["data"]["text/plain"]) for out in cell.get("outputs", [])
+                 if "text/markdown" in out.get("data", {})]
+        assert shown, f"{where} lists source but has no stored listing"
+        assert cell["metadata"].get("mystnb", {}).get("code_prompt_show") == "Show the source", \
+            f"{where}: its fold should say what it holds (mystnb code_prompt_show)"
+        cells += 1
+        wide += _wide(where, "".join(shown))
+    assert cells >= 20 and not wide, "\n".join(wide)
+
 
 def test_a_listing_shows_the_objects_source_as_python_markdown_and_refuses_what_has_none():
     from posenc.alibi import ALiBi, alibi_slopes
@@ -113,61 +174,3 @@ def test_a_listing_shows_the_objects_source_as_python_markdown_and_refuses_what_
         listing()
     with pytest.raises(TypeError, match=r"objects\[1\] must be a function, class or method.*got int 3"):
         listing(alibi_slopes, 3)
-
-def test_no_code_line_a_reader_can_open_is_wider_than_the_pages_column():
-    """The book's CSS fits 79 characters of code in a laptop's text column (book/static/posenc.css); a longer
-    line scrolls sideways, in a shown cell or a folded (hide-input) one once unfolded, and in the Colab copy.
-    Only removed cells, which no page shows, may be wider."""
-    import json
-    wide = []
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            tags = set(cell["metadata"].get("tags", []))
-            if cell["cell_type"] == "code" and not tags & {"remove-input", "remove-cell"}:
-                wide += [f"{path.name} cell {i}: {line}" for line in "".join(cell["source"]).splitlines()
-                         if len(line) > 79]
-    assert not wide, "\n".join(wide)
-
-
-def _wide_fenced_lines(markdown: str) -> list[str]:
-    """The lines over 79 characters inside fenced code; a fence opening a directive (`{figure}`, `{eval-rst}`,
-    `{glue:md}`, ...) holds no code."""
-    wide, fence = [], None                                   # the open fence's info string, or None
-    for line in markdown.splitlines():
-        if line.lstrip().startswith("```"):
-            fence = line.strip()[3:] if fence is None else None
-        elif fence is not None and not fence.startswith("{") and len(line) > 79:
-            wide.append(line)
-    return wide
-
-
-def test_code_blocks_of_the_books_pages_fit_the_pages_column():
-    """Fenced code in book/*.md (the opening page's commands and example) and in a chapter's Markdown scrolls
-    sideways past 79 characters like a code cell."""
-    import json
-    wide = [f"{path.name}: {line}" for path in sorted((ROOT / "book").rglob("*.md"))
-            for line in _wide_fenced_lines(path.read_text())]
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] == "markdown":
-                wide += [f"{path.name} cell {i}: {line}" for line in _wide_fenced_lines("".join(cell["source"]))]
-    assert not wide, "\n".join(wide)
-
-
-def test_package_source_a_chapter_lists_fits_the_pages_column():
-    """A chapter shows its scheme's implementation with `listing(...)` (posenc.book), in a folded output; those
-    objects are laid out within 79 characters in the package so the listing does not scroll sideways either
-    (nbval keeps the stored listing equal to the package's source)."""
-    import json
-    wide, cells = [], 0
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] != "code" or "listing(" not in "".join(cell["source"]):
-                continue
-            shown = [out["data"]["text/plain"] for out in cell.get("outputs", []) if "text/markdown" in out.get("data", {})]
-            assert shown, f"{path.name} cell {i} lists source but has no stored listing"
-            assert cell["metadata"].get("mystnb", {}).get("code_prompt_show") == "Show the source", \
-                f"{path.name} cell {i}: its fold should say what it holds (mystnb code_prompt_show)"
-            cells += 1
-            wide += [f"{path.name} cell {i}: {line}" for line in "".join("".join(text) for text in shown).splitlines() if len(line) > 79]
-    assert cells >= 20 and not wide, "\n".join(wide)
