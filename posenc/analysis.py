@@ -52,7 +52,7 @@ def effect_values(values, name: str = "values") -> list[float]:
         values = list(values.values())
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a sequence of numbers or a {{seed: number}} dict; got {values!r}")
-    out = []
+    out: list[float] = []
     for v in values:
         if isinstance(v, (str, bytes, bool)):
             raise TypeError(f"{name} must hold numbers; got {v!r}")
@@ -257,7 +257,8 @@ class Band:
             raise ValueError(f"Band low={self.low} > high={self.high}")
         # A one-sided band must lie on one side of no effect: its null at or beyond its open edge's
         # far side. Band(None, 0.02) with null 0 would call an interval [0.01, 0.03] contradicted.
-        if (self.low is None and self.null < self.high) or (self.high is None and self.null > self.low):
+        if ((self.low is None and self.high is not None and self.null < self.high)
+                or (self.high is None and self.low is not None and self.null > self.low)):
             edge = "high" if self.low is None else "low"
             raise ValueError(f"a one-sided Band holds its null={self.null} inside it; for a claim that an effect "
                              f"stays within {edge}={getattr(self, edge)}, set null={getattr(self, edge)} (its far side "
@@ -273,7 +274,7 @@ class Band:
     def opposite(self, lo: float, hi: float) -> bool:
         """The interval lies on the far side of no effect from the band (for an equivalence band:
         wholly outside it, the two surely differ by more than the band allows)."""
-        if self.equivalence:
+        if self.low is not None and self.high is not None and self.equivalence:
             return hi < self.low or lo > self.high
         band_above = self.low is not None and self.low >= self.null
         return hi < self.null if band_above else lo > self.null
@@ -432,7 +433,8 @@ def mrr_bootstrap(rows: Table, tasks, *, level: float = 0.95, n_boot: int = 1000
 
     point = mrr_of(seeds)
     rng = random.Random(seed)
-    mrrs, places = {s: [] for s in schemes}, {s: [] for s in schemes}
+    mrrs: dict[str, list[float]] = {s: [] for s in schemes}
+    places: dict[str, list[int]] = {s: [] for s in schemes}
     for _ in range(n_boot):
         m = mrr_of({t: [rng.choice(seeds[t]) for _ in seeds[t]] for t in tasks})
         place = tied_ranks(m)                              # tied MRRs share a place

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from typing import TypeGuard, overload
 
 import torch
 import torch.nn.functional as F
@@ -73,8 +74,8 @@ class Attention(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: Tensor, scheme: Scheme, ctx: PositionContext,
-                need_weights: bool = False,
-                memory: Tensor | None = None, kv: Tensor | None = None):
+                need_weights: bool = False, memory: Tensor | None = None,
+                kv: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """x [B, T, D] -> ([B, T, D], weights or None); `memory` [B, M, D]
         adds M earlier keys/values (XL); `kv` [B, T, D] gives the keys and
         values while x gives only the queries (a decoder pass).
@@ -269,10 +270,18 @@ def _stacked(q: Tensor) -> bool:
     return torch._C._functorch.is_batchedtensor(q)
 
 
-def _learns(mask: Tensor | None) -> bool:
+def _learns(mask: Tensor | None) -> TypeGuard[Tensor]:
     """Whether a bias needs a gradient. (Under `torch.func.vmap`, where `requires_grad` reads False on the
     wrapper, q is batched too and attention takes the explicit path before this is asked: `_stacked`.)"""
     return mask is not None and mask.requires_grad
+
+
+@overload
+def _cast(mask: Tensor, like: Tensor) -> Tensor: ...
+@overload
+def _cast(mask: None, like: Tensor) -> None: ...
+@overload
+def _cast(mask: Tensor | None, like: Tensor) -> Tensor | None: ...
 
 
 def _cast(mask: Tensor | None, like: Tensor) -> Tensor | None:

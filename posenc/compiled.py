@@ -18,13 +18,15 @@ class CompiledOrEager:
     """
 
     def __init__(self, load: Callable[[], Callable], what: str):
-        self.load, self.what, self.kernel, self.fell_back = load, what, None, False
+        self.load, self.what, self.fell_back = load, what, False
+        self.kernel: Callable | None = None                 # compiled on the first call
 
     def __call__(self, *args, **kwargs):
         if self.kernel is None:
             self.kernel = torch.compile(self.load(), dynamic=False)
+        kernel = self.kernel
         try:
-            return self.kernel(*args, **kwargs)
+            return kernel(*args, **kwargs)
         except torch.OutOfMemoryError:                # the inputs are too big, for any kernel: not a compile failure
             raise
         except Exception as err:  # noqa: BLE001  (torch.compile raises many kinds; the eager call re-raises real errors)

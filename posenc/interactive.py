@@ -29,7 +29,7 @@ LENGTH_PANELS = (("lm", "bpc", "bits per character (lower is better)"),
 def _curve(rows: Table, task: str, metric: str, scheme: str) -> dict:
     """x: evaluation length / training length; y: mean over seeds; lo, hi: 95% bootstrap interval."""
     xs = sorted({r["x_train"] for r in rows if r["task"] == task and r["scheme"] == scheme})
-    out = {"x": [], "y": [], "lo": [], "hi": []}
+    out: dict[str, list[float]] = {"x": [], "y": [], "lo": [], "hi": []}
     for x in xs:
         values = [r[metric] for r in rows if r["task"] == task and r["scheme"] == scheme and r["x_train"] == x]
         lo, hi = bootstrap_ci(values)

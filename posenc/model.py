@@ -11,6 +11,8 @@ mask) and hands it to every layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -154,7 +156,8 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def attention_maps(self, tokens: Tensor, positions: Tensor | None = None) -> list[Tensor]:
         """Attention weights of every layer, each [batch, heads, seq, seq] ([CLS] included)."""
-        return self.hidden_states(tokens, positions, need_weights=True)[1]
+        maps = self.hidden_states(tokens, positions, need_weights=True)[1]
+        return cast("list[Tensor]", maps)                      # need_weights: no layer gives None
 
     def forward_segment(
             self, tokens: Tensor, memory: list[Tensor] | None = None,
@@ -176,13 +179,14 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"mem_len must be a non-negative int; got {mem_len!r}")
         new = []
-        for m, x in zip(memory or [None] * len(inputs), inputs):
+        for m, x in zip(memory or repeat(None), inputs):
             full = x if m is None else torch.cat([m, x], 1)  # (B, M+T, D)
             # stop-gradient (XL, sec. 3.2)
             new.append(full[:, max(0, full.shape[1] - mem_len):].detach())
         return self.head(h), new
 
-    def hidden_states(self, tokens: Tensor, positions: Tensor | None = None, need_weights: bool = False):
+    def hidden_states(self, tokens: Tensor, positions: Tensor | None = None,
+                      need_weights: bool = False) -> tuple[Tensor, list[Tensor | None]]:
         """Final normed states [batch, seq (+1 for CLS), d_model] and the attention maps."""
         h, maps, _ = self._run(tokens, positions, need_weights)
         return h, maps
@@ -205,7 +209,7 @@ class Transformer(nn.Module):
         x, maps, inputs = run_blocks(self.blocks, self.scheme, x, ctx, need_weights, memory)
         return self.ln_f(x), maps, inputs
 
-    def context(self, seq_len: int, positions: Tensor | None, device, mem_len: int = 0,
+    def context(self, seq_len: int, positions: Tensor | None, device: torch.device | str, mem_len: int = 0,
                 need_weights: bool = False) -> PositionContext:
         """Positions, the scheme's shared tables and the merged bias + causal mask.
 
@@ -216,6 +220,7 @@ class Transformer(nn.Module):
         score_mod and a causal block mask instead of the [H, T, T] bias.
         """
         positions, start, extent, host = self._positions(seq_len, positions, device, mem_len)
+        ctx: PositionContext
         if mem_len:
             before = positions[0] - torch.arange(mem_len, 0, -1, device=device).to(positions.dtype)
             ctx = SegmentContext(positions, self.causal, key_positions=torch.cat([before, positions]))
@@ -327,7 +332,7 @@ def check_model_args(*, vocab_size, d_model, n_heads, n_layers, causal, d_ff, dr
 def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
                 causal: bool, max_len: int = 512, d_ff: int | None = None, dropout: float = 0.0,
                 cls_token: bool = False, tie_weights: bool = True, num_classes: int | None = None,
-                **scheme_kwargs) -> Transformer:
+                **scheme_kwargs: Any) -> Transformer:
     """A `Transformer` using the scheme called `scheme`: `model(tokens, positions=None)` -> logits [batch, seq, vocab].
 
     Args:
@@ -349,7 +354,7 @@ def build_model(scheme: str, vocab_size: int, *, d_model: int = 128, n_heads: in
     check_sizes(max_len=max_len)
     accepted = scheme_parameters(scheme)           # None: a constructor takes **kwargs of its own (any name)
     unknown = [] if accepted is None else sorted(set(scheme_kwargs) - accepted)
-    if unknown:
+    if accepted is not None and unknown:
         own = sorted(accepted - {"d_model", "n_heads", "n_layers", "max_len", "causal"})
         raise TypeError(f"build_model: scheme {scheme!r} takes no keyword {', '.join(unknown)}; its own keywords: "
                         f"{', '.join(own) or 'none'} (besides build_model's: d_model, n_heads, n_layers, causal, "

@@ -271,7 +271,7 @@ def ratio_bars(ratios: dict, *, xlabel: str, marks=(1.0, 2.0), ax=None, title: s
     colour (grey for other labels); dotted lines mark `marks` (1: flat, 2: doubled)."""
     if not ratios:
         raise ValueError("ratios must hold at least one {label: value}")
-    order = sorted(ratios, key=ratios.get)
+    order = sorted(ratios, key=lambda label: ratios[label])
     ax = _axes(ax, figsize=(PAGE_WIDTH, 0.22 * len(order) + 1.0))
     colors = [style(label).get("color", "#888888") for label in order]
     ax.barh(range(len(order)), [ratios[k] for k in order], color=colors)

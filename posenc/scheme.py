@@ -41,6 +41,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -214,7 +215,7 @@ class Scheme(nn.Module):
         self.max_len, self.causal = max_len, causal
         self.head_dim = d_model // n_heads
 
-    def check_fits(self, owner: str, **sizes) -> None:
+    def check_fits(self, owner: str, **sizes: int) -> None:
         """Raise a ValueError naming each of `sizes` (d_model=..., n_heads=...) this scheme was not built for:
         a RoPE built for 4-dim heads would rotate half of an 8-dim head, silently."""
         differ = {k: (getattr(self, k), v) for k, v in sizes.items() if getattr(self, k) != v}
@@ -260,7 +261,7 @@ class Scheme(nn.Module):
         """b_ij added to every layer's scaled logits: [heads or 1, seq, seq] or None."""
         return None
 
-    def score_mod(self, ctx: PositionContext):
+    def score_mod(self, ctx: PositionContext) -> Callable[..., Tensor] | None:
         """Hook 3 for FlexAttention: b_ij as a function `(score, b, h, i, j) -> score + b_hij` of indices,
         built from O(N) tables, so that no [H, N, N] bias is materialised; None (the default) when the
         scheme has none, and then the model builds `logit_bias`. It must equal `logit_bias(ctx)[h, i, j]`."""
@@ -300,9 +301,10 @@ class Scheme(nn.Module):
 
 #: name -> Scheme class; every module of `posenc.schemes` adds its schemes on import.
 SCHEMES: dict[str, type[Scheme]] = {}
+S = TypeVar("S", bound=Scheme)                   # the class `register` adds, returned as it came
 
 
-def register(name: str, *, replace: bool = False):
+def register(name: str, *, replace: bool = False) -> Callable[[type[S]], type[S]]:
     """Class decorator adding a scheme to `SCHEMES` under `name`.
 
     A name already bound to another class is refused unless `replace=True`: a run's key names its scheme,
@@ -312,7 +314,7 @@ def register(name: str, *, replace: bool = False):
         raise TypeError(f"register's name must be a non-empty str; got {name!r}")
     if not isinstance(replace, bool):
         raise TypeError(f"replace must be True or False; got {replace!r}")
-    def add(cls: type[Scheme]) -> type[Scheme]:
+    def add(cls: type[S]) -> type[S]:
         if not (isinstance(cls, type) and issubclass(cls, Scheme)):
             raise TypeError(f"register({name!r}) expects a Scheme subclass; got {cls!r}")
         old = SCHEMES.get(name)
@@ -339,7 +341,7 @@ def scheme_parameters(name: str) -> set[str] | None:
     for cls in get_scheme(name).__mro__:
         if "__init__" not in cls.__dict__ or cls in (nn.Module, object):
             continue
-        params = inspect.signature(cls.__init__).parameters.values()
+        params = inspect.signature(cls.__dict__["__init__"]).parameters.values()
         accepted |= {p.name for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD
                      and p.kind is not p.VAR_POSITIONAL}
         if not any(p.kind is p.VAR_KEYWORD for p in params):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import html
 import json
 import re
+from pathlib import Path
+from typing import Any, Iterable
 
 
 class Table(list):
@@ -19,7 +21,7 @@ class Table(list):
     def column(self, name: str) -> list:
         return [row.get(name) for row in self]
 
-    def require(self, names, what: str = "columns") -> "Table":
+    def require(self, names: str | Iterable[str], what: str = "columns") -> "Table":
         """Self, after checking that every one of `names` is a column (a misspelt name would read as None
         in every row and pool or blank everything silently); an empty table has nothing to check."""
         names = (names,) if isinstance(names, str) else tuple(names)
@@ -29,17 +31,17 @@ class Table(list):
             raise ValueError(f"{what}: no column {', '.join(map(repr, absent))}; the rows have {have}")
         return self
 
-    def where(self, **equal) -> "Table":
+    def where(self, **equal: Any) -> "Table":
         return Table(r for r in self if all(r.get(k) == v for k, v in equal.items()))
 
     def round(self, digits: int) -> "Table":
         return Table({k: round(v, digits) if isinstance(v, float) else v for k, v in r.items()} for r in self)
 
-    def to_json(self, path=None) -> str:
+    def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(list(self), indent=1)
         if path is not None:                     # through a temporary file and a rename: never half written
             from .runs.store import atomic_write
-            atomic_write(path, text + "\n")
+            atomic_write(Path(path), text + "\n")
         return text
 
     def __str__(self) -> str:

@@ -45,6 +45,12 @@ def test_log_buckets_match_transformers_deberta_v2(bucket_size, max_position):
     assert torch.equal(got, torch.clamp(ref + bucket_size, 0, 2 * bucket_size - 1))
 
 
+@pytest.mark.parametrize("bucket_size,max_position", [(8, None), (None, 64)])
+def test_relative_index_refuses_half_of_the_log_bucket_settings(bucket_size, max_position):
+    with pytest.raises(ValueError, match="bucket_size and max_position must be given together"):
+        relative_index(torch.arange(5), torch.arange(5), 2, bucket_size, max_position)
+
+
 def test_gather_equals_naive_einsum():
     B, H, N, dh, k = 2, 3, 11, 5, 4
     q, kc = torch.randn(B, H, N, dh), torch.randn(B, H, N, dh)

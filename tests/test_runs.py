@@ -113,6 +113,13 @@ def test_store_round_trip_is_atomic_and_a_corrupt_record_is_reported_and_rerun(t
         assert store.get(other) is None
 
 
+def test_a_record_that_does_not_read_back_is_an_error_naming_its_spec(tmp_path, monkeypatch):
+    store, spec = Store("ci", tmp_path), tiny()
+    monkeypatch.setattr(Store, "get", lambda self, s: None)              # as if the file could not be read
+    with pytest.raises(RuntimeError, match=f"record of spec {spec.key} was written to .* does not read back"):
+        store.put(spec, {"table": [], "history": []})
+
+
 def test_ensure_runs_only_what_is_missing_and_load_only_refuses(tmp_path, monkeypatch):
     store = Store("ci", tmp_path)
     ensure([tiny()], store=store)

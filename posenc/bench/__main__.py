@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -58,8 +59,8 @@ def press_rounds(rounds: int) -> int:
 def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=None) -> dict:
     """{section title: Table} for the requested sections, printing each as it is done and passing the
     sections so far to `done` (so that a run cut short keeps what it finished)."""
-    sizes = dict(seq_len=seq_len, d_model=128, n_heads=4, n_layers=2, batch_size=16, rounds=rounds, device=device,
-                 clock=clock)
+    sizes: dict[str, Any] = dict(seq_len=seq_len, d_model=128, n_heads=4, n_layers=2, batch_size=16, rounds=rounds,
+                                 device=device, clock=clock)
     how = f"best of {rounds}, {clock} time"
     on_cpu = torch.device(device).type == "cpu"         # a full-size step takes most of a second there
     stack_steps, stack_rounds = (5, min(rounds, 2)) if on_cpu else (20, rounds)
@@ -95,7 +96,7 @@ def run_sections(only, device: str, seq_len: int, rounds: int, clock: str, done=
                    "4 layers, 4 heads, batch 32, seq 128, corpus, bf16), ms per step in one process, then aggregate "
                    "steps/s of 1 and 10 processes for 6 s", lambda: graph_probe(device=device)),
     }
-    out = {}
+    out: dict[str, Any] = {}
     for name in only:
         title, job = jobs[name]
         if name in ("rope", "bias") and device != "cpu":

@@ -24,6 +24,7 @@ for a GPU.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -37,7 +38,7 @@ from .timing import interleaved_times
 GPU_MODEL = dict(d_model=512, n_heads=8, n_layers=4, batch_size=8)
 GPU_SEQ_LENS = (1024, 4096)
 #: LLaMA-7B's attention: 32 heads of 128 dims, one sequence.
-LLAMA_ROPE = dict(batch=1, heads=32, head_dim=128, seq_lens=(2048, 16384))
+LLAMA_ROPE: dict[str, Any] = dict(batch=1, heads=32, head_dim=128, seq_lens=(2048, 16384))
 #: Sequence lengths of the FlexAttention memory comparison (batch 1).
 FLEX_SEQ_LENS = (4096, 16384)
 VOCAB = 256

@@ -45,7 +45,8 @@ def graph_costs(schemes=("nope", "rope", "alibi"), *, steps: int = 40, warmup: i
             model = build_model(scheme, task.vocab_size, causal=True, d_model=d_model, n_heads=n_heads,
                                 n_layers=n_layers, max_len=seq_len).to(dev).train()
             step = probe_step(model, dtype, graphed=how == "graph")
-            losses, t0 = [], None
+            losses: list = []
+            t0 = time.perf_counter()                                # set again when the warmup ends
             for i in range(warmup + steps):
                 if i == warmup:
                     torch.cuda.synchronize(dev)

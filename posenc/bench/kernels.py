@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import warnings
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ def rope_candidates(seq: int, dim: int, *, device="cpu", dtype=torch.float32) ->
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
     apply_rotary_emb = _rotary_embedding_torch()
 
-    from ..rotary import rope_frequencies, rope_table, rotate
+    from ..schemes.rotary import rope_frequencies, rope_table, rotate
     pos = torch.arange(seq, device=device)
     cos, sin = rope_table(pos, dim)                                      # (T, d/2) float32
     freqs = pos[:, None].float() * rope_frequencies(dim, device=device).float()   # (T, d/2)
@@ -106,9 +107,9 @@ def bias_times(seq: int = 1024, heads: int = 8, *, rounds: int = 20) -> Table:
     from transformers.models.t5.modeling_t5 import T5Attention
     from x_transformers.x_transformers import AlibiPositionalBias
 
-    from ..alibi import ALiBi, alibi_bias
-    from ..bias import T5Bias
-    sizes = dict(d_model=64 * heads, n_heads=heads, n_layers=1, max_len=seq)
+    from ..schemes.alibi import ALiBi, alibi_bias
+    from ..schemes.bias import T5Bias
+    sizes: dict[str, Any] = dict(d_model=64 * heads, n_heads=heads, n_layers=1, max_len=seq)
     t5, alibi = T5Bias(causal=False, **sizes), ALiBi(causal=True, **sizes)
     hf_t5 = T5Attention(T5Config(d_model=64 * heads, num_heads=heads, d_kv=64), has_relative_attention_bias=True)
     xt_alibi = AlibiPositionalBias(heads=heads, total_heads=heads)

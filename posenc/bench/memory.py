@@ -27,7 +27,7 @@ def measure(impl: str, n: int, heads: int, head_dim: int, k: int, device: str) -
     """Peak extra bytes and seconds of one call of `impl` ("gather" or "naive"), in this process."""
     import torch
 
-    from ..deberta import c2p_p2c, c2p_p2c_naive, relative_distance
+    from ..schemes.deberta import c2p_p2c, c2p_p2c_naive, relative_distance
     torch.manual_seed(0)
     q, kc = (torch.randn(1, heads, n, head_dim, device=device) for _ in range(2))
     q_r, k_r = (torch.randn(heads, 2 * k, head_dim, device=device) for _ in range(2))
@@ -54,7 +54,10 @@ def measure(impl: str, n: int, heads: int, head_dim: int, k: int, device: str) -
 def _status(field: str) -> int:
     """A size field of /proc/self/status, in bytes."""
     with open("/proc/self/status") as f:
-        return int(re.search(rf"{field}:\s+(\d+) kB", f.read()).group(1)) * 1024
+        found = re.search(rf"{field}:\s+(\d+) kB", f.read())
+    if found is None:
+        raise RuntimeError(f"/proc/self/status has no {field} line: peak memory is measured on Linux only")
+    return int(found.group(1)) * 1024
 
 
 def _child(impl: str, n: int, heads: int, head_dim: int, k: int, device: str) -> dict:

@@ -14,6 +14,8 @@ shows the noise of the measurement.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
 from .costs import saved_bytes, train_steps
@@ -132,9 +134,9 @@ def xtransformers_costs(schemes=None, *, vocab_size: int = 64, seq_len: int = 25
     import logging
     logging.getLogger("x_transformers").setLevel(logging.ERROR)
     schemes = ["nope"] + [s for s in (schemes or XT_OPTIONS) if s in XT_OPTIONS and s != "nope"]
-    sizes = dict(seq_len=seq_len, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+    sizes: dict[str, Any] = dict(seq_len=seq_len, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
     x, y = _batch(vocab_size, batch_size, seq_len, device)
-    fns = {}
+    fns: dict[tuple[str, str], Callable[[], object]] = {}
     for name in schemes:
         torch.manual_seed(0)
         ours = build_model(name, vocab_size, causal=True, max_len=seq_len, d_model=d_model, n_heads=n_heads,

@@ -44,7 +44,7 @@ def stacking_costs(schemes=("nope", "rope", "t5"), *, seeds: int = 3, steps: int
             return build_model(scheme, task.vocab_size, causal=True, d_model=d_model, n_heads=n_heads,
                                n_layers=n_layers, max_len=seq_len)
 
-        last = {}
+        last: dict[str, list] = {}
         times = interleaved_times({"single": lambda: last.__setitem__("single", [train(model(c), task, c) for c in cfgs]),
                                    "stacked": lambda: last.__setitem__("stacked", train_stacked([model(c) for c in cfgs],
                                                                                                 task, cfgs))},
@@ -70,7 +70,7 @@ def stacked_variants(model, task, cfgs) -> dict:
     every = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]
     variants = {"fp32": lambda: train_stacked([model(c) for c in cfgs], task, [replace(c, amp="off") for c in cfgs]),
                 "fused": lambda: train_stacked([model(c) for c in cfgs], task, cfgs, sdpa=every)}
-    out = {}
+    out: dict[str, float | str] = {}
     for name, run in variants.items():
         try:
             out[f"loss_stacked_{name}"] = sum(r.final_loss for r in run()) / len(cfgs)

@@ -5,16 +5,17 @@ import ctypes
 import os
 import platform
 import time
-from typing import Callable
+from typing import Callable, Hashable, TypeVar
 
 import torch
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+Name = TypeVar("Name", bound=Hashable)      # what names a timed call: a str, or a tuple such as (library, scheme)
 
 
-def interleaved_times(fns: dict[str, Callable[[], object]], *, rounds: int = 5, warmup: int = 1,
+def interleaved_times(fns: dict[Name, Callable[[], object]], *, rounds: int = 5, warmup: int = 1,
                       clock: str = "wall", device: str | torch.device = "cpu",
-                      rotate: bool = False) -> dict[str, list[float]]:
+                      rotate: bool = False) -> dict[Name, list[float]]:
     """Seconds of each call `fns[name]()`, called in turns: `warmup` untimed rounds, then `rounds`.
 
     clock: "wall" (perf_counter) or "cpu" (this process's CPU time, steadier on a shared
@@ -28,7 +29,7 @@ def interleaved_times(fns: dict[str, Callable[[], object]], *, rounds: int = 5, 
     if not (isinstance(rounds, int) and rounds >= 1):
         raise ValueError(f"rounds must be a positive int; got {rounds!r}")
     tick, cuda = CLOCKS[clock], torch.device(device).type == "cuda"
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    times: dict[Name, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for r in range(warmup + rounds):
         shift = r % len(names) if rotate and names else 0

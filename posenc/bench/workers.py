@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..runs.train import pick_device
 from ..table import Table
+
+if TYPE_CHECKING:
+    from ..model import Transformer
 
 #: Seconds a worker may take to start (import, build, warm up) before the probe gives up on that count.
 START_TIMEOUT = 120.0
@@ -31,7 +35,7 @@ START_TIMEOUT = 120.0
 GRAPH_WARMUP = 3
 
 
-def probe_step(model: torch.nn.Module, dtype, graphed: bool):
+def probe_step(model: Transformer, dtype, graphed: bool):
     """The runner's training step for a probe: step(x, y) on CPU batches -> the loss, not read. As `train` steps:
     the inputs checked on the host, copied without waiting, AdamW (lr 1e-3, weight decay 0.01 on matrices) and
     clipping at 1; eager (`optimizer_step`, fp16 with loss scaling) or as a CUDA graph (`GraphedStep`, capturable
@@ -50,7 +54,7 @@ def probe_step(model: torch.nn.Module, dtype, graphed: bool):
 
     def step(x, y):
         model.check_inputs(x)
-        batch = (to_device(x, dev), to_device(y, dev), {})
+        batch: tuple = (to_device(x, dev), to_device(y, dev), {})
         if graphed:
             return graph(batch)
         with host_checked():
@@ -135,7 +139,8 @@ def worker_scaling(counts=(1, 6, 10, 16), *, scheme: str = "rope", seconds: floa
 def _collect(out, procs, timeout: float) -> list:
     """Each worker's (steps, seconds), or RuntimeError as soon as one worker dies (not after `timeout`)."""
     import queue
-    got, end = [], time.monotonic() + timeout
+    got: list = []
+    end = time.monotonic() + timeout
     while len(got) < len(procs):
         try:
             got.append(out.get(timeout=1.0))

@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     store = Store(args.profile)
     if args.dry_run:
         for device in ("cpu", "cuda"):
-            per = {}
+            per: dict[str, float] = {}
             for name, spec in todo:
                 per[name] = per.get(name, 0.0) + estimate_seconds(spec, device)
             total = sum(per.values())

@@ -14,6 +14,8 @@ stored runs (`fit`), whose recorded wall time includes their evaluation.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 #: Multiply-adds per second of one run. CPU: one thread, fitted (`--fit`) to the stored ci records (668 runs).
@@ -38,7 +40,7 @@ HOST_ODE_STEP = 0.00074
 #: The design's budget for the `full` tier: the whole book within 15 minutes of one H200. The runner's share
 #: of it: 12 minutes (starting the machine takes the rest), with this many worker processes sharing the GPU
 #: (one CPU core each, of its 16). The tier is sized so that the cost model above fits it in this window.
-WINDOW = {"seconds": 720.0, "workers": 10}
+WINDOW: dict[str, Any] = {"seconds": 720.0, "workers": 10}
 
 
 def solve_positions(spec) -> float:

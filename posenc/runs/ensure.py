@@ -1,7 +1,7 @@
 """`ensure`: the records of some specs, running only the missing ones; `Runs`: a chapter's view of them."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import torch
 
@@ -60,17 +60,17 @@ def ensure(specs, profile: str = "ci", *, store: Store | None = None, load_only:
         if out["failed"]:
             key, error = next(iter(out["failed"].items()))
             raise RuntimeError(f"{len(out['failed'])} runs failed; first: {key}: {error}")
-    records = [store.get(s) for s in specs]
-    if any(r is None for r in records):
+    records = [r for r in (store.get(s) for s in specs) if r is not None]
+    if len(records) < len(specs):
         raise RuntimeError(f"runs finished but some records are unreadable in {store.folder}")
     return records
 
 
 def stored(specs, profile: str) -> list[Record] | None:
     """The committed records of `specs` for `profile`, or None unless every one is stored."""
-    store = Store(profile)
-    records = [store.get(s) for s in specs]
-    return None if any(r is None for r in records) else records
+    store, specs = Store(profile), list(specs)
+    records = [r for r in (store.get(s) for s in specs) if r is not None]
+    return None if len(records) < len(specs) else records
 
 
 def tier_count(name: str, profile: str) -> tuple[int, int]:
@@ -129,7 +129,7 @@ class Runs:
     """
 
     def __init__(self, name: str, profile: str, labelled: list[tuple[dict, RunSpec]], records: list[Record],
-                 *, missing: list[dict] = ()):
+                 *, missing: Sequence[dict] = ()):
         self.name, self.profile = name, profile
         self.labels = [label for label, _ in labelled]
         self.records = records
@@ -160,7 +160,7 @@ class Runs:
 
     def histories(self, by: str, **where) -> dict:
         """{label[by]: history} for the selected runs (the first run of each value of `by`)."""
-        out = {}
+        out: dict = {}
         for lab, rec in self.select(**where):
             out.setdefault(lab[by], rec.history)
         return out
@@ -197,7 +197,7 @@ class Runs:
     def _larger_tiers(self) -> str:
         """The tiers above this one that the chapter declares, by how much of each the store holds:
         " Stored in part: `full`, 171 of 180 runs (`python -m posenc.runs --profile full --chapters ...`)."."""
-        groups = {"Not stored yet": [], "Stored in part": [], "Also stored": []}
+        groups: dict[str, list[str]] = {"Not stored yet": [], "Stored in part": [], "Also stored": []}
         todo = None
         for p in PROFILES[PROFILES.index(self.profile) + 1:]:
             done, declared = tier_count(self.name, p)

@@ -1,10 +1,14 @@
 """Evaluation across lengths, returning tidy tables, and the one-call experiment."""
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 import torch
+from torch import nn
 
 from ..model import build_model
 from ..table import Table
+from ..tasks import SequenceTask
 from ..tasks.pretraining import MaskedLMWithCLS, pretraining_loss
 from .train import TrainConfig, amp_dtype, pick_device, train
 
@@ -24,7 +28,8 @@ def check_lengths(lengths) -> tuple:
     return lengths
 
 
-def length_table(model, task, lengths, *, label: dict | None = None, **eval_kwargs) -> Table:
+def length_table(model: nn.Module, task: SequenceTask, lengths: Iterable[int], *, label: dict | None = None,
+                 **eval_kwargs: Any) -> Table:
     """One row per evaluation length: {**label, length, x_train, <task metrics>}.
 
     `x_train` is the length as a multiple of the task's training length. Extra
@@ -42,8 +47,8 @@ def length_table(model, task, lengths, *, label: dict | None = None, **eval_kwar
     return rows
 
 
-def run(scheme: str, task, cfg: TrainConfig, *, causal: bool, lengths=(), model_kwargs: dict | None = None,
-        eval_kwargs: dict | None = None, label: dict | None = None) -> dict:
+def run(scheme: str, task: SequenceTask, cfg: TrainConfig, *, causal: bool, lengths: Iterable[int] = (),
+        model_kwargs: dict | None = None, eval_kwargs: dict | None = None, label: dict | None = None) -> dict:
     """Seed, build, train and evaluate one model: {"model", "result", "table"}.
 
     The model is initialised from `cfg.seed`, so (scheme, task, cfg) fixes every number.

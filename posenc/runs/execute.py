@@ -237,14 +237,16 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int; got {workers!r}")
     bar = tqdm(total=len(specs), desc=desc, disable=not progress or not specs, unit="run")
-    done, failed = [], {}
+    done: list[str] = []
+    failed: dict[str, str] = {}
     if workers == 1 and deadline is None and not stack_seeds:
         for spec in specs:
             try:
                 execute(spec, store, device)
             except Exception as err:
-                err.add_note(f"while running spec {spec.key} ({spec.scheme} on {spec.task}, seed {spec.seed}); "
-                             "the runs before it are stored")
+                if hasattr(err, "add_note"):                        # Python 3.11 and later
+                    err.add_note(f"while running spec {spec.key} ({spec.scheme} on {spec.task}, seed {spec.seed}); "
+                                 "the runs before it are stored")
                 raise
             done.append(spec.key)
             bar.update()
@@ -272,7 +274,8 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
         jobs.put(None)
     procs = [ctx.Process(target=_worker, args=(jobs, results, store.profile, str(store.root), device, end),
                          daemon=True) for _ in range(n)]
-    deferred, ended_early, killed = [], False, set()
+    deferred: list[str] = []
+    ended_early, killed = False, set()
     for p in procs:
         p.start()
     try:
@@ -307,7 +310,7 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
     done += [s.key for s in specs if s.key not in finished and store.path(s).exists() and store.get(s) is not None]
     finished = set(done) | set(failed) | set(deferred)
     left = [s.key for s in specs if s.key not in finished]
-    died = sorted({p.exitcode for p in procs if p.pid not in killed and p.exitcode != 0})
+    died = sorted({code for p in procs if p.pid not in killed and (code := p.exitcode)})    # joined: each is set
     if left and died and ended_early:                     # not the deadline: every worker had stopped
         failed.update({key: f"its worker process died (exit code {', '.join(map(str, died))}): out of memory, "
                             "or a crash" for key in left})

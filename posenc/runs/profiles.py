@@ -9,10 +9,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
 from .store import PROFILES, Store, atomic_write, inside, results_root
+
+if TYPE_CHECKING:
+    from ..analysis import Band
+    from ..table import Table
+
+#: A claim's effect per replicate: {seed: effect} or a list of effects.
+Effects = Mapping[int, float] | Sequence[float]
 
 CHOICES = ("auto",) + PROFILES
 
@@ -33,7 +41,7 @@ def _read_json(path: Path):
         raise ValueError(f"{path} is not valid JSON ({err}); delete it and rerun what writes it") from err
 
 
-def save_results(name: str, data, results_dir: str | Path | None = None) -> Path:
+def save_results(name: str, data: Any, results_dir: str | Path | None = None) -> Path:
     """Write `results/<name>.json` atomically (a file outside the run store: benchmarks, summaries).
 
     A dict gets a "machine" entry (device, torch and Python versions) unless it has one;
@@ -64,7 +72,7 @@ def _nonfinite(obj, where: str = "", *, infinite: bool = True) -> tuple[str, flo
     return None
 
 
-def load_results(name: str, results_dir: str | Path | None = None):
+def load_results(name: str, results_dir: str | Path | None = None) -> Any:
     """The numbers stored by `save_results`, or None when there are none."""
     folder = Path(results_dir) if results_dir is not None else results_root()
     path = inside(folder, f"{name}.json")
@@ -82,7 +90,7 @@ def _claims_path(profile: str, chapter: str, results_dir) -> Path:
 
 
 def save_claim(chapter: str, profile: str, claim: str, measured: str, holds: bool | None, why: str = "",
-               results_dir: str | Path | None = None, **evidence) -> None:
+               results_dir: str | Path | None = None, **evidence: Any) -> None:
     """Record one paper claim tested by a chapter in `results/<profile>/claims/<chapter>.json`.
 
     measured: what the run found, formatted from its numbers; holds: a verdict of the one rule
@@ -127,7 +135,7 @@ def _read_claims(path: Path) -> dict:
     return claims
 
 
-def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}", unit: str = "seeds") -> dict:
+def claim_verdict(values: Effects, band: Band, *, effect: str, fmt: str = "{:+.3f}", unit: str = "seeds") -> dict:
     """design.md's rule on a claim's per-seed effect: `analysis.verdict`'s dict (verdict, mean, interval, band,
     seeds) plus "measured", the effect's name with its mean, interval, seeds and band written out.
 
@@ -149,8 +157,9 @@ def claim_verdict(values, band, *, effect: str, fmt: str = "{:+.3f}", unit: str 
     return out
 
 
-def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect: str, fmt: str = "{:+.3f}",
-                 why: str | dict = "", unit: str = "seeds", results_dir: str | Path | None = None) -> dict:
+def record_claim(chapter: str, profile: str, claim: str, values: Effects, band: Band, *, effect: str,
+                 fmt: str = "{:+.3f}", why: str | dict = "", unit: str = "seeds",
+                 results_dir: str | Path | None = None) -> dict:
     """Judge `claim` by the book's one rule (`claim_verdict`) and record it (design.md, "Claims").
 
     The stored record carries the profile, the seeds, the mean effect, its 95% bootstrap interval and the
@@ -181,12 +190,11 @@ def record_claim(chapter: str, profile: str, claim: str, values, band, *, effect
     elif not isinstance(why, str):
         raise TypeError(f"why must be a str or a dict {{verdict: reason}}; got {type(why).__name__}")
     out = claim_verdict(values, band, effect=effect, fmt=fmt, unit=unit)
-    if isinstance(why, dict):
-        if out["verdict"] not in why:
-            raise ValueError(f"why has no reason for the verdict {out['verdict']!r} of claim {claim!r} "
-                             f"({out['measured']}); it has {sorted(why)}")
-        why = why[out["verdict"]]
-    save_claim(chapter, profile, claim, out["measured"], out["verdict"], why, results_dir,
+    if isinstance(why, dict) and out["verdict"] not in why:
+        raise ValueError(f"why has no reason for the verdict {out['verdict']!r} of claim {claim!r} "
+                         f"({out['measured']}); it has {sorted(why)}")
+    reason = why[out["verdict"]] if isinstance(why, dict) else why
+    save_claim(chapter, profile, claim, out["measured"], out["verdict"], reason, results_dir,
                band=out["band"], low=band.low, high=band.high, null=band.null, mean=out["mean"],
                interval=out["interval"], seeds=out["seeds"], **({} if unit == "seeds" else {"unit": unit}))
     return out
@@ -216,7 +224,7 @@ def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dic
             for claim, rec in _read_claims(f).items()]
 
 
-def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = None):
+def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = None) -> Table:
     """The claims `chapter` recorded for `profile`, as a table (verdict, claim, measured): what the chapter
     shows after recording them, and what the comparison chapter's claims table collects."""
     from ..table import Table

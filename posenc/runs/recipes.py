@@ -472,21 +472,22 @@ def vit(spec, device: str = "cpu") -> Training:
     options hi, ft_steps, ft_lr: one {"part": "resolution", variant, "low res", "high res, no
     fine-tune", "high res, fine-tuned"} row per variant (each fine-tuned from a copy of the model).
     """
-    from ..vision import build_vit
+    from ..vision import PatchLearned, build_vit
     from .train import pick_device
     lo = make_task(spec.task, **spec.task_kwargs)
     if spec.options.get("train_images"):                    # the data-size sweep: the first n training images
         lo = lo.subset(spec.options["train_images"])
     torch.manual_seed(spec.seed)
     model = build_vit(spec.scheme, image_size=lo.image_size, num_classes=10, **spec.model)
-    init_table = model.scheme.patch_table().detach().clone() if spec.scheme == "learned" else None
+    learned = model.scheme if isinstance(model.scheme, PatchLearned) else None        # the "learned" scheme
+    init_table = None if learned is None else learned.patch_table().detach().clone()
     model.to(pick_device(device))
 
     def finish(result) -> dict:
         row = {"part": "base", "test accuracy": lo.accuracy(model)}
-        if init_table is not None:
+        if learned is not None and init_table is not None:
             row |= {"init_patch_table": init_table.tolist(),
-                    "patch_table": model.scheme.patch_table().detach().cpu().tolist()}
+                    "patch_table": learned.patch_table().detach().cpu().tolist()}
         rows = [row] + (resolution_rows(model, lo, spec, device) if spec.options.get("variants") else [])
         return {"table": rows, "history": result.history, "final_loss": result.final_loss, "model": model}
     return Training(model, lo, train_config(spec, device), finish, vit_loss(None))

@@ -19,6 +19,7 @@ import hashlib
 import inspect
 import json
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from ..model import build_model
 from ..scheme import SCHEMES, scheme_parameters
@@ -136,7 +137,7 @@ class RunSpec:
             raise ValueError(f"scheme must be one of {', '.join(sorted(SCHEMES))}; got {self.scheme!r}")
         accepted = task_parameters(self.task)
         unknown = sorted(set(self.task_kwargs) - accepted) if accepted is not None else []
-        if unknown:
+        if accepted is not None and unknown:
             raise ValueError(f"task_kwargs has unknown settings {unknown} for task {self.task!r}; "
                              f"allowed: {', '.join(sorted(accepted))}")
         model = dict(self.model)
@@ -168,7 +169,8 @@ class RunSpec:
         lengths = data.get("lengths", ())
         if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
             raise TypeError(f"lengths must be a sequence of positive ints; got {lengths!r}")
-        return cls(**{k: tuple(v) if k == "lengths" else v for k, v in data.items()})
+        values: dict[str, Any] = {k: tuple(v) if k == "lengths" else v for k, v in data.items()}
+        return cls(**values)
 
     @property
     def key(self) -> str:

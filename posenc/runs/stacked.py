@@ -208,7 +208,8 @@ def _train(models, task, cfgs, loss_fn, device, dtype) -> list[TrainResult]:
     for m in models:
         m.train()
     for step in range(cfg.steps):
-        xs, ys = zip(*(task.train_batch(cfg.batch_size, step_generator(s, step), base.causal) for s in seeds))
+        batches = [task.train_batch(cfg.batch_size, step_generator(s, step), base.causal) for s in seeds]
+        xs, ys = [b[0] for b in batches], [b[1] for b in batches]
         if check is not None:
             for x in xs:
                 check(x)

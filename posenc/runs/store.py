@@ -190,7 +190,10 @@ class Store:
             atomic_torch_save(self.weights_path(spec), state_dict)
         record = {**record, "key": spec.key, "spec": spec.to_dict(), "profile": self.profile}
         atomic_write(self.path(spec), json.dumps(record, indent=1, allow_nan=True) + "\n")
-        return self.get(spec)
+        stored = self.get(spec)
+        if stored is None:
+            raise RuntimeError(f"the record of spec {spec.key} was written to {self.path(spec)} but does not read back")
+        return stored
 
     def keys(self) -> set[str]:
         return {p.stem for p in self.folder.glob("*.json")} if self.folder.is_dir() else set()

@@ -25,6 +25,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import warnings
 
@@ -36,6 +37,10 @@ with warnings.catch_warnings():  # tqdm.auto warns when ipywidgets is absent, th
 
 from ..host import host_checked, to_device
 from ..model import classification_loss, lm_loss  # noqa: F401  (re-exported)
+from ..tasks import Task
+
+#: loss_fn(model, inputs, targets, **kw) -> a scalar loss (kw: `positions=` under randomized positions).
+LossFn = Callable[..., torch.Tensor]
 
 
 @dataclass
@@ -302,8 +307,8 @@ def optimizer_step(model, loss_fn, batch, opt, scaler, dtype, grad_clip: float) 
     return loss.detach()                      # read at the next log
 
 
-def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resume: str = "check",
-          stop: int | None = None) -> TrainResult:
+def train(model: torch.nn.Module, task: Task, cfg: TrainConfig, loss_fn: LossFn | None = None, *,
+          resume: str = "check", stop: int | None = None) -> TrainResult:
     """Train `model` on `task.train_batch(batch_size, generator, causal)` for `cfg.steps` steps.
 
     `loss_fn(model, inputs, targets)` overrides the default next-token / masked-token
@@ -337,7 +342,8 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     else:
         opt = graph.opt
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
-    result, start, window = TrainResult(), 0, []
+    result, start = TrainResult(), 0
+    window: list = []
     if cfg.checkpoint_path and os.path.exists(cfg.checkpoint_path):      # never graphed (graph_refusal)
         start, result.history, window = load_checkpoint(cfg.checkpoint_path, model, opt, sched, scaler, cfg, resume)
 
@@ -348,7 +354,7 @@ def train(model: torch.nn.Module, task, cfg: TrainConfig, loss_fn=None, *, resum
     bar = tqdm(range(start, end), initial=start, total=end, disable=not cfg.progress,
                desc=type(model.scheme).__name__ if hasattr(model, "scheme") else "train")
     for step in bar:
-        x, y, kw = training_batch(task, cfg, step, model.causal)
+        x, y, kw = training_batch(task, cfg, step, bool(model.causal))
         if check is not None:
             check(x)                                 # on the host, where the batch was made: free
         batch = (to_device(x, device), to_device(y, device), kw)   # positions go as they are: the model reads them first

@@ -77,6 +77,7 @@ class ALiBi(Scheme):
     at all."""
 
     shift_invariant = True
+    slopes: Tensor                          # m_h [heads], a buffer
 
     def __init__(self, **kw):
         super().__init__(**kw)

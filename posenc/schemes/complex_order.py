@@ -25,6 +25,7 @@ Two ways to use it, both here:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,11 @@ from torch import Tensor, nn
 
 from ..scheme import register
 from ..scheme import PositionContext, Scheme
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..model import Transformer
 
 
 # -- the embedding ------------------------------------------------------------------
@@ -115,7 +121,7 @@ class ComplexOrderEmbedding(nn.Module):
             elif mode != "per-word":
                 full = getattr(self, name).weight.detach()
                 part = full[:1] if mode == "word-sharing" else full[:, :1]           # (1, dim) or (vocab, 1)
-                table = nn.Embedding(*part.shape, _weight=part.clone())             # draws no random numbers
+                table = nn.Embedding(part.shape[0], part.shape[1], _weight=part.clone())   # draws no random numbers
                 table.weight.requires_grad_(name != "frequency" or order)
                 setattr(self, name, table)
 
@@ -317,7 +323,7 @@ class ComplexOrderTransformer(nn.Module):
         return self.hidden_states(tokens, positions, need_weights=True)[1]
 
 
-def xavier_init_(model: nn.Module) -> nn.Module:
+def xavier_init_(model: Transformer) -> Transformer:
     """Re-initialise a real `posenc.Transformer` as the Annotated Transformer does.
 
     Token embeddings ~ N(0, 1) (Vaswani et al.'s sqrt(d)-scaled embedding) and every
@@ -326,18 +332,26 @@ def xavier_init_(model: nn.Module) -> nn.Module:
     E|W_ij|^2 = 1/d_in). The scheme's own parameters are left as the scheme made them.
     """
     nn.init.normal_(model.tok.weight, std=1.0)
-    for module in [*model.blocks.modules(), model.classifier]:
+    for module in [*model.blocks.modules(), *filter(None, [model.classifier])]:
         if isinstance(module, nn.Linear):
             nn.init.xavier_uniform_(module.weight)
     return model
 
 
 #: Keyword arguments that put a real scheme's positions on the N(0, 1) scale of `xavier_init_`'s tokens.
-UNIT_SCALE = {"sinusoidal": {"scale": 1.0}, "learned": {"init_std": 1.0}}
+UNIT_SCALE: dict[str, dict[str, Any]] = {"sinusoidal": {"scale": 1.0}, "learned": {"init_std": 1.0}}
+
+
+class Sharing(TypedDict, total=False):
+    """What each part of a complex model's embedding shares (`ComplexOrderEmbedding`): one of `SHARING`,
+    and "zero" for the phase."""
+    amplitude: str
+    frequency: str
+    phase: str
 
 
 def build_classifier(name: str, vocab_size: int, num_classes: int, *, d_model: int, n_heads: int, n_layers: int,
-                     max_len: int, **sharing: str) -> nn.Module:
+                     max_len: int, **sharing: Unpack[Sharing]) -> nn.Module:
     """A sequence classifier for the chapter's comparison, all with mean pooling and Xavier-scale init.
 
     name: "complex-order" (`ComplexOrderTransformer`, d_model/2 complex dims, so the same

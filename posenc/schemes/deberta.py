@@ -81,8 +81,10 @@ def relative_index(query_pos: Tensor, key_pos: Tensor, k: int, bucket_size: int 
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive int; got {k!r}")
+    if (bucket_size is None) != (max_position is None):
+        raise ValueError("bucket_size and max_position must be given together (v2 log buckets) or not at all")
     rel = whole_distances(query_pos[:, None] - key_pos[None, :], "DeBERTa's table")   # (Nq, Nk): i - j
-    if bucket_size is not None:
+    if bucket_size is not None and max_position is not None:
         rel = log_bucket_position(rel, bucket_size, max_position)
         k = bucket_size
     return (rel + k).clamp(0, 2 * k - 1)
@@ -124,7 +126,7 @@ def c2p_p2c(q: Tensor, k: Tensor, q_r: Tensor | None, k_r: Tensor | None,
 
 def c2p_p2c_naive(q: Tensor, k: Tensor, q_r: Tensor | None, k_r: Tensor | None, index: Tensor) -> Tensor:
     """Paper Eq. 4's c2p + p2c through the [N, N, dh] tensors K_r[delta(i, j)] (reference; O(N^2 d) memory)."""
-    out = 0
+    out = q.new_zeros(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     if k_r is not None:
         out = out + torch.einsum("bhid,hijd->bhij", q, k_r[:, index])                # k_r[:, index]: (H, Ni, Nj, dh)
     if q_r is not None:
@@ -168,7 +170,7 @@ class DeBERTa(Scheme):
             raise ValueError(f"emd_layers must be an int in [1, n_layers={n_layers}]; got {emd_layers!r}")
         if (bucket_size is None) != (max_position is None):
             raise ValueError("bucket_size and max_position must be given together (v2 log buckets) or not at all")
-        if bucket_size is not None:
+        if bucket_size is not None and max_position is not None:
             log_bucket_position(torch.zeros(1), bucket_size, max_position)        # validates both now, by name
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int; got {k!r}")
@@ -198,6 +200,7 @@ class DeBERTa(Scheme):
         pos, (low, high) = ctx.positions, ctx.minmax() or (0, 0)
         if pos.is_floating_point() or low < 0 or high >= self.max_len:
             raise ValueError(f"absolute positions must be integers in [0, max_len={self.max_len}); got {low}..{high}")
+        assert self.abs_pos is not None, "absolute='none' has no table"              # callers check `absolute`
         return x + self.abs_pos(pos)                                                 # (B, N, D)
 
     def embed(self, x: Tensor, ctx: PositionContext) -> Tensor:

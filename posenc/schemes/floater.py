@@ -22,6 +22,7 @@ Cost: the solve is sequential in t; at inference a trained FLOATER is cached onc
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -67,8 +68,14 @@ class MLPDynamics(nn.Module):
         return self.out(torch.tanh(self.inp(p) + t * self.time))                     # (..., dim)
 
 
+#: h(t, p), the right-hand side dp/dt: an nn.Module (which `adjoint=True` needs) or any function of (t, p).
+Dynamics = Callable[[Tensor, Tensor], Tensor]
+
+
 class LinearDynamics(nn.Module):
     """h(t, p) = A p for a fixed matrix A [dim, dim]."""
+
+    matrix: Tensor                                      # A, a buffer
 
     def __init__(self, matrix: Tensor):
         super().__init__()
@@ -90,7 +97,7 @@ def sinusoidal_dynamics(dim: int, base: float = 10000.0, delta: float = 1.0) -> 
     return LinearDynamics(torch.block_diag(*blocks)), p0
 
 
-def rk4_on_host_grid(func: nn.Module, p0: Tensor, times: Tensor,
+def rk4_on_host_grid(func: Dynamics, p0: Tensor, times: Tensor,
                      delta: float) -> Tensor:
     """p(t) at the increasing times [K] (a CPU tensor, times[0] = 0),
     from p(0) = p0: [K, ..., d].
@@ -115,6 +122,7 @@ def rk4_on_host_grid(func: nn.Module, p0: Tensor, times: Tensor,
     # torchdiffeq's grid
     grid = torch.arange(0, niters, dtype=times.dtype) * delta + times[0]
     grid[-1] = times[-1]
+    solution: list[Tensor] | Tensor
     # under torch.func.vmap: stacked, never written in place
     if torch._C._functorch.is_functorch_wrapped_tensor(p0):
         solution = [p0]
@@ -152,7 +160,7 @@ def host_grid(positions: Tensor, delta: float) -> tuple[Tensor, Tensor]:
     return times, index[1:]
 
 
-def solve_positions(func: nn.Module, p0: Tensor, positions: Tensor, *,
+def solve_positions(func: Dynamics, p0: Tensor, positions: Tensor, *,
                     delta: float, method: str = "rk4",
                     rtol: float = 1e-5, atol: float = 1e-6,
                     adjoint: bool = False,

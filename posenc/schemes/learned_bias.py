@@ -48,6 +48,7 @@ hidden biases, which puts every ReLU's kink at x = 0 and leaves f_theta linear o
 from __future__ import annotations
 
 import math
+from typing import Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -117,7 +118,8 @@ def _fire(distance: Tensor, span: Tensor, mlp, c: Tensor, threshold: Tensor) -> 
     return mlp(x if weight is None else x.to(weight.dtype)).permute(2, 0, 1)
 
 
-def fire_bias(positions: Tensor, mlp, c, threshold) -> Tensor:
+def fire_bias(positions: Tensor, mlp: Callable[[Tensor], Tensor], c: float | Tensor,
+              threshold: float | Tensor) -> Tensor:
     """FIRE's bias [heads, seq, seq] (section 3):
     `f(psi(|i - j|) / psi(max(tau, i, j)))`, `psi(x) = log(c x + 1)`.
 
@@ -164,6 +166,8 @@ class FireMLP(nn.Module):
 
 class FireLayer(nn.Module):
     """One layer's FIRE: f_theta, c = exp(gamma) and tau = tau0 exp(lambda)."""
+
+    init_threshold: Tensor                  # tau0, a buffer
 
     def __init__(self, n_heads: int, hidden: int = 32, init_c: float = 0.1,
                  init_threshold: float = 512.0):
@@ -310,14 +314,14 @@ def fit_fire_to_bias(target: Tensor, steps: int = 300, seed: int = 0, *, hidden:
         torch.manual_seed(seed)
         scheme = FIRE(d_model=heads, n_heads=heads, n_layers=1, max_len=n, causal=True, hidden=hidden,
                       init_threshold=float(n) if init_threshold is None else init_threshold)
-        layer, pos = scheme.layers[0], torch.arange(n)
+        layer, pos = cast(FireLayer, scheme.layers[0]), torch.arange(n)
         rows, cols = torch.tril_indices(n, n)
         distance, span = _distance(pos)[rows, cols], _span(pos)[rows, cols]       # (N,) entries j <= i
         _place_knots(layer, distance, span)
     y = target.detach().cpu().float()[:, rows, cols].T                                 # (N, H)
     opt = torch.optim.Adam([layer.mlp.w1, layer.mlp.b1, layer.log_c, layer.log_scale], lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, steps))
-    best = (math.inf, None)
+    best = (math.inf, {k: v.clone() for k, v in layer.state_dict().items()})
     for step in range(steps + 1):                              # Adam keeps moving at an optimum: keep the best
         opt.zero_grad()
         loss = _projected_residual(layer, distance, span, y).square().mean()

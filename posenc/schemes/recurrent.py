@@ -119,7 +119,7 @@ class Recurrent(Scheme):
         autocast: a bfloat16 state would round at each of the n dependent
         steps, and not every cuDNN supports bfloat16 RNNs.
         """
-        dtype = self.gru.weight_ih_l0.dtype
+        dtype = next(self.gru.parameters()).dtype
         # (dirs, B, H)
         h0 = (self.h0[:, None, :].expand(-1, x.shape[0], -1)
               .contiguous().to(dtype))

@@ -231,11 +231,10 @@ class TransformerXL(Scheme):
             distances = torch.arange(len(k_pos) - 1, low - 1, -1,
                                      device=q_pos.device)
             ids = None
-        elif k_pos is q_pos and ctx.positions_on_host() is not None:
+        elif k_pos is q_pos and (host := ctx.positions_on_host()) is not None:
             # found on the host: no wait
-            distances, ids = (
-                to_device(t, q_pos.device)
-                for t in distinct_distances(ctx.positions_on_host()))
+            distances, ids = (to_device(t, q_pos.device)
+                              for t in distinct_distances(host))
         else:
             distances, ids = distinct_distances(q_pos, k_pos)  # (U,), (Q, K)
         # (U, D)

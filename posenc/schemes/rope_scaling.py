@@ -25,6 +25,7 @@ softmax temperature) so that a longer context maps onto angles it has seen:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,7 +53,7 @@ def default_inv_freq(dim: int, base: float, dtype: torch.dtype = torch.float32) 
 def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default",
                   max_position_embeddings: int | None = None, seq_len: int | None = None,
                   partial_rotary_factor: float = 1.0, dtype: torch.dtype = torch.float32,
-                  **params) -> tuple[Tensor, float]:
+                  **params: Any) -> tuple[Tensor, float]:
     """(inv_freq [rotated dim / 2], attention_factor) of RoPE under the scaling `rope_type`.
 
     Args:

@@ -549,9 +549,10 @@ class RoPE(Scheme):
         return positions
 
     def table(self, positions: Tensor,
-              highest: float | None = None) -> tuple[Tensor, Tensor]:
+              highest: float | None = None) -> tuple[Tensor, ...]:
         """(cos, sin) [seq, r/2] for these positions, with the scaling and p
-        applied (times a for a rope_type).
+        applied (times a for a rope_type); xPos returns four (query and key
+        tables apart).
 
         `highest`: max(positions) when known on the host (a length-dependent
         scaling needs it); else read."""

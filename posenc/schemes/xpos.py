@@ -124,7 +124,7 @@ def xpos_table(positions: Tensor, dim: int, base: float = 10000.0, scale_base: f
     wide = torch.float32 if positions.device.type == "mps" else torch.float64
     cos, sin = rope_table(positions, dim, base, wide, p)
     s = xpos_scale(positions, dim, scale_base, gamma_hat, wide, centre)
-    return tuple(t.to(dtype) for t in (cos * s, sin * s, cos / s, sin / s))
+    return (cos * s).to(dtype), (sin * s).to(dtype), (cos / s).to(dtype), (sin / s).to(dtype)
 
 
 def apply_xpos(q: Tensor, k: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "interleaved", *,

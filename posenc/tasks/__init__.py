@@ -1,7 +1,7 @@
 """Every task and data set: generated sequences, the shipped character corpus, order and masked-LM tasks,
 the CNN position task and the digits. All share one protocol (`Task`), and `make_task(name, **kwargs)`
 builds any of them by the name a `posenc.runs.RunSpec` gives."""
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -53,6 +53,21 @@ class Task(Protocol):
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple: ...
 
 
+@runtime_checkable
+class SequenceTask(Task, Protocol):
+    """A task scored at a length (`SyntheticTask`, `CharCorpus`, `PasskeyTask`): what `posenc.run` and
+    `length_table` read."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def train_length(self) -> int: ...
+
+    #: evaluate(model, length, **settings) -> {metric: value} at that length
+    evaluate: Callable[..., dict]
+
+
 def builder(task: str):
     """The builder of task `task` in `BUILDERS`, or a ValueError naming the known tasks."""
     if task not in BUILDERS:
@@ -91,4 +106,4 @@ def make_task(task: str, /, **kwargs):
     return builder(task)(**kwargs)
 
 
-__all__ += ["Task", "PositionTask", "DigitsTask", "ContrastTask", "MaskedLMWithCLS", "BUILDERS", "make_task", "task_defaults"]
+__all__ += ["Task", "SequenceTask", "PositionTask", "DigitsTask", "ContrastTask", "MaskedLMWithCLS", "BUILDERS", "make_task", "task_defaults"]

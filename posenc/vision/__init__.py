@@ -123,7 +123,8 @@ def grid_similarity(table: Tensor, grid) -> dict:
     return out
 
 
-def interpolate_pos_embed(pos_embed: Tensor, old_grid, new_grid, *,
+def interpolate_pos_embed(pos_embed: Tensor, old_grid: tuple[int, int],
+                          new_grid: tuple[int, int], *,
                           num_prefix_tokens: int = 0) -> Tensor:
     """Resize a learned [prefix + old_h*old_w, D] table to
     [prefix + new_h*new_w, D] (ViT section 3.2).

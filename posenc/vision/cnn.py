@@ -20,6 +20,8 @@ normalised (row, column); `PositionTask` feeds it noise images and the targets.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -50,13 +52,13 @@ class PositionCNN(nn.Module):
                 f"dilations must be a non-empty sequence of positive ints; "
                 f"got {dilations!r}")
         self.padding, self.dilations = padding, tuple(dilations)
-        mode = {"zero": "zeros", "circular": "circular",
-                "valid": "zeros"}[padding]
+        mode: dict[str, Literal["zeros", "circular"]] = {
+            "zero": "zeros", "circular": "circular", "valid": "zeros"}
         layers, c = [], in_channels
         for d in self.dilations:
             layers += [nn.Conv2d(c, channels, 3, dilation=d,
                                  padding=0 if padding == "valid" else d,
-                                 padding_mode=mode),
+                                 padding_mode=mode[padding]),
                        nn.ReLU()]
             c = channels
         self.features = nn.Sequential(*layers)

@@ -1,7 +1,14 @@
 """Spec builders the chapter plans share: a character LM and a synthetic task, at L..8L."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..spec import RunSpec
+
+# One tier's sizes in a plan: steps, batch_size, d_model, seeds, ... (RunSpec checks each value it is given).
+Sizes = dict[str, Any]
+# A row that varies a scheme: (scheme, its model options, its training options).
+Variant = tuple[str, dict[str, Any], dict[str, Any]]
 
 
 def lm(scheme: str, L: int, *, steps: int, batch_size: int, d_model: int, n_layers: int, n_heads: int = 4,

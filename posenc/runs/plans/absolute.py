@@ -3,9 +3,9 @@ learned and NoPE."""
 from __future__ import annotations
 
 from . import declare
-from ._common import lm, synthetic
+from ._common import Sizes, lm, synthetic
 
-SIZES = {
+SIZES: dict[str, Sizes] = {
     "ci": dict(L=8, steps=600, lm_L=32, lm_steps=300, batch_size=32, d_model=32, n_layers=2, max_tokens=4096,
                seeds=(0, 1, 2)),
     "full": dict(L=32, steps=1200, lm_L=128, lm_steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=32768,
@@ -65,9 +65,10 @@ def multiplicative(profile: str):
 @declare("01_learned")
 def learned(profile: str):
     """kback at L with a learned table, then the table extended to 2L (random, copy, interpolate) and fine-tuned."""
-    size = {"ci": dict(L=8, steps=400, batch_size=32, d_model=32, n_layers=2, chunk=25, chunks=6, seeds=(0, 1, 2)),
-            "full": dict(L=32, steps=1200, batch_size=64, d_model=128, n_layers=4, chunk=40, chunks=8,
-                         seeds=(0, 1, 2))}.get(profile)
+    size: Sizes | None = {
+        "ci": dict(L=8, steps=400, batch_size=32, d_model=32, n_layers=2, chunk=25, chunks=6, seeds=(0, 1, 2)),
+        "full": dict(L=32, steps=1200, batch_size=64, d_model=128, n_layers=4, chunk=40, chunks=8,
+                     seeds=(0, 1, 2))}.get(profile)
     if size is None:
         return []
     return [({"seed": s},

@@ -26,6 +26,7 @@ from __future__ import annotations
 from ...analysis import FITS_AT_L
 from ..spec import RunSpec
 from . import declare
+from ._common import Sizes
 from .comparison import SIZES, cell
 
 LM_SCHEMES = ("nope", "rope", "alibi", "t5", "kerple", "fire", "cope")
@@ -38,7 +39,7 @@ COUNTING = {"k": 1, "dilute": True, "max_eval_factor": 4}
 #: steps RoPE and the learned table trained at randomized positions never learn the task (0.33 to 0.44 at L, read at
 #: random), so ci cannot test their claims. The steps were chosen on pilot seed 100, outside the tier: after 2400
 #: steps both randomized models read 1.00 at L at random positions.
-KBACK_PAPER = {"steps": 2400, "warmup": 240, "seeds": (0, 1, 2, 3, 4)}
+KBACK_PAPER: Sizes = {"steps": 2400, "warmup": 240, "seeds": (0, 1, 2, 3, 4)}
 
 
 def counting(scheme: str, seed: int, size: dict, **scheme_kwargs) -> RunSpec:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from ...scheme import SCHEMES
 from . import declare
-from ._common import lm, synthetic
+from ._common import Sizes, Variant, lm, synthetic
 
-SIZES = {
+SIZES: dict[str, Sizes] = {
     "ci": dict(d_model=64, n_heads=4, n_layers=2, steps=300, batch_size=32, lr=2e-3, L_lm=64, L_syn=12,
                max_tokens=8192, n_samples=128, seeds=(0, 1, 2)),
     "full": dict(d_model=128, n_heads=4, n_layers=4, steps=800, batch_size=32, lr=2e-3, L_lm=128, L_syn=16,
@@ -30,7 +30,7 @@ EXCLUDED: tuple = ()
 #: 2-layer model), and randomized positions (Ruoss et al. 2023), positions drawn from [0, M) with M
 #: above the longest evaluation length of every task (NoPE has no positions to randomize).
 RANDOM_RANGE = 1024
-VARIANTS = {
+VARIANTS: dict[str, Variant] = {
     "rope (NoPE layers)": ("rope", {"nope_every": 2}, {}),
     "rope (randomized)": ("rope", {}, {"random_positions": RANDOM_RANGE}),
 }

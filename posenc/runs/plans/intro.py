@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from . import declare
-from ._common import synthetic
+from ._common import Sizes, synthetic
 
 
 @declare("00_attention_without_position")
 def attention_without_position(profile: str):
-    size = {"ci": dict(steps=600, batch_size=64, d_model=64, n_layers=2, seeds=(0, 1, 2)),
-            "full": dict(steps=800, batch_size=64, d_model=128, n_layers=4, seeds=(0, 1, 2))}.get(profile)
+    size: Sizes | None = {"ci": dict(steps=600, batch_size=64, d_model=64, n_layers=2, seeds=(0, 1, 2)),
+                          "full": dict(steps=800, batch_size=64, d_model=128, n_layers=4, seeds=(0, 1, 2))}.get(profile)
     if size is None:
         return []
     out = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..spec import RunSpec
 from . import declare
+from ._common import Sizes
 
 MODELS = {"complex order": "complex-order", "complex vanilla": "complex-vanilla", "complex (scheme)": "complex",
           "sinusoidal": "sinusoidal", "learned": "learned", "NoPE": "nope"}
@@ -17,7 +18,7 @@ SHARING = {"no phase": {"phase": "zero"},
            "word-sharing amplitude": {"phase": "zero", "amplitude": "word-sharing"},
            "dimension-sharing amplitude": {"phase": "zero", "amplitude": "dimension-sharing"}}
 
-SIZES = {
+SIZES: dict[str, Sizes] = {
     "ci": dict(length=12, d_model=64, n_layers=1, steps=400, batch_size=32, lr=3e-3, seeds=(0, 1, 2)),
     # The tier at which the claims are decided. Fresh sentences at every step let every model with position learn
     # the rule exactly, given the steps; like SST, the paper's data set, this tier trains on one fixed set of

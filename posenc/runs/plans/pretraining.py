@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from ..spec import RunSpec
 from . import declare
+from ._common import Sizes
 
-SIZES = {
+SIZES: dict[str, Sizes] = {
     "ci": dict(steps=1000, batch_size=32, length=16, k=8, d_model=64, n_layers=2, log_every=25, lr=5e-3,
                seeds=(0, 1, 2)),
     # the CPU tier at which the claims are decided: 64 characters, trained three times as long as ci, five seeds,

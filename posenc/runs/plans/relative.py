@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import declare
-from ._common import lm, synthetic
+from ._common import Sizes, lm, synthetic
 
 FULL_SEEDS, CI_SEEDS = (0, 1, 2), (0, 1, 2)
 
@@ -10,10 +10,10 @@ FULL_SEEDS, CI_SEEDS = (0, 1, 2), (0, 1, 2)
 @declare("05_shaw")
 def shaw(profile: str):
     """Shaw et al.'s Tables 2 and 3 on bidirectional kback (L = 16): clipping distance k, keys/values."""
-    size = {"ci": dict(steps=300, batch_size=32, d_model=32, n_layers=2, seeds=(0, 1, 2, 3, 4), lm_L=64,
-                       lm_steps=300, max_tokens=4096),
-            "full": dict(steps=800, batch_size=64, d_model=128, n_layers=3, seeds=FULL_SEEDS, lm_L=128,
-                         lm_steps=1000, max_tokens=32768)}.get(profile)
+    size: Sizes | None = {"ci": dict(steps=300, batch_size=32, d_model=32, n_layers=2, seeds=(0, 1, 2, 3, 4), lm_L=64,
+                                     lm_steps=300, max_tokens=4096),
+                          "full": dict(steps=800, batch_size=64, d_model=128, n_layers=3, seeds=FULL_SEEDS, lm_L=128,
+                                       lm_steps=1000, max_tokens=32768)}.get(profile)
     if size is None:
         return []
     variants = {f"k={k}": dict(max_distance=k) for k in (0, 1, 2, 4, 16)}
@@ -34,9 +34,10 @@ def shaw(profile: str):
 
 @declare("07_t5")
 def t5(profile: str):
-    size = {"ci": dict(L=64, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=4096, seeds=CI_SEEDS),
-            "full": dict(L=128, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=32768,
-                         seeds=FULL_SEEDS)}.get(profile)
+    size: Sizes | None = {
+        "ci": dict(L=64, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=4096, seeds=CI_SEEDS),
+        "full": dict(L=128, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=32768,
+                     seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []
     return [({"scheme": "t5", "seed": s},
@@ -48,10 +49,11 @@ def t5(profile: str):
 
 @declare("07b_relative_comparison")
 def relative_comparison(profile: str):
-    size = {"ci": dict(L=64, lm_steps=300, lm_batch=16, d_model=64, n_layers=2, max_tokens=4096, task_steps=300,
-                       task_batch=32, task_d_model=32, seeds=CI_SEEDS),
-            "full": dict(L=128, lm_steps=1000, lm_batch=32, d_model=128, n_layers=4, max_tokens=32768,
-                         task_steps=800, task_batch=64, task_d_model=128, seeds=FULL_SEEDS)}.get(profile)
+    size: Sizes | None = {
+        "ci": dict(L=64, lm_steps=300, lm_batch=16, d_model=64, n_layers=2, max_tokens=4096, task_steps=300,
+                   task_batch=32, task_d_model=32, seeds=CI_SEEDS),
+        "full": dict(L=128, lm_steps=1000, lm_batch=32, d_model=128, n_layers=4, max_tokens=32768,
+                     task_steps=800, task_batch=64, task_d_model=128, seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []
     out = []
@@ -69,9 +71,10 @@ def relative_comparison(profile: str):
 
 @declare("14_alibi")
 def alibi(profile: str):
-    size = {"ci": dict(L=64, steps=300, batch_size=32, d_model=64, n_layers=2, max_tokens=8192, seeds=CI_SEEDS),
-            "full": dict(L=128, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=65536,
-                         seeds=FULL_SEEDS)}.get(profile)
+    size: Sizes | None = {
+        "ci": dict(L=64, steps=300, batch_size=32, d_model=64, n_layers=2, max_tokens=8192, seeds=CI_SEEDS),
+        "full": dict(L=128, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=65536,
+                     seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []
     return [({"scheme": scheme, "seed": s},
@@ -85,9 +88,10 @@ def transformer_xl(profile: str):
     """Transformer-XL trained on two segments of L with memory, scored with memories 0 to 4L: u, v shared by all
     layers (Transformer-XL, the scheme's default) and one u, v per layer (XLNet, untie_uv=True), same budget; the
     first per-layer run keeps its weights (the chapter reads its learned u, v)."""
-    size = {"ci": dict(segment=32, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=8192, seeds=(0, 1, 2)),
-            "full": dict(segment=64, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=32768,
-                         seeds=FULL_SEEDS)}.get(profile)
+    size: Sizes | None = {
+        "ci": dict(segment=32, steps=400, batch_size=16, d_model=64, n_layers=2, max_tokens=8192, seeds=(0, 1, 2)),
+        "full": dict(segment=64, steps=1000, batch_size=32, d_model=128, n_layers=4, max_tokens=32768,
+                     seeds=FULL_SEEDS)}.get(profile)
     if size is None:
         return []
     L = size["segment"]

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 from . import declare
-from ._common import lm
+from ._common import Sizes, lm
 
 
 @declare("11_rope")
 def rope(profile: str):
-    size = {"ci": dict(L=32, steps=300, batch_size=16, d_model=64, n_heads=4, n_layers=2, ft_steps=40, ft_batch=8,
-                       max_tokens=4096, seeds=(0, 1, 2)),
-            "full": dict(L=128, steps=1000, batch_size=32, d_model=128, n_heads=4, n_layers=4, ft_steps=100,
-                         ft_batch=16, max_tokens=32768, seeds=(0, 1, 2))}.get(profile)
+    size: Sizes | None = {
+        "ci": dict(L=32, steps=300, batch_size=16, d_model=64, n_heads=4, n_layers=2, ft_steps=40, ft_batch=8,
+                   max_tokens=4096, seeds=(0, 1, 2)),
+        "full": dict(L=128, steps=1000, batch_size=32, d_model=128, n_heads=4, n_layers=4, ft_steps=100,
+                     ft_batch=16, max_tokens=32768, seeds=(0, 1, 2))}.get(profile)
     if size is None:
         return []
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..store import Store
 from . import declare
-from ._common import lm, synthetic
+from ._common import Sizes, Variant, lm, synthetic
 
 SCHEMES = ("nope", "learned", "sinusoidal", "rope", "alibi", "t5", "fire")
 TASKS = ("lm", "copy", "reverse", "sort", "duplicate", "addition", "parity", "scan")
@@ -28,26 +28,27 @@ LM_LR_GRID = LR_GRID + (8e-3, 1.6e-2, 3.2e-2)
 #: The most rates `rates` adds to one grid, each twice the last (up to 8x the base grid's largest rate). The
 #: first doubling settled every grid of the tier: where it won, the second lost.
 MAX_EXTENSIONS = 3
-MODEL = dict(d_model=64, n_heads=4, n_layers=2, batch_size=32)
+MODEL: Sizes = dict(d_model=64, n_heads=4, n_layers=2, batch_size=32)
 #: Steps per task: enough for the best scheme to reach 99% at L in a d=64, 2-layer model (calibrated on
 #: RoPE and the learned table at one learning rate: sort needs 6000, copy and reverse 3000, addition 2000).
 STEPS = {"copy": 3000, "reverse": 3000, "sort": 6000, "duplicate": 3000, "addition": 2000, "parity": 2000,
          "scan": 3000}
-SYNTHETIC = dict(L=8, n_samples=256, seeds=(0, 1, 2, 3, 4))                # a run: 10-90 s of one CPU thread
-LM = dict(L=64, steps=2000, max_tokens=32768, seeds=(0, 1, 2, 3, 4))       # a run: about 1.5 CPU-minutes
+SYNTHETIC: Sizes = dict(L=8, n_samples=256, seeds=(0, 1, 2, 3, 4))         # a run: 10-90 s of one CPU thread
+LM: Sizes = dict(L=64, steps=2000, max_tokens=32768, seeds=(0, 1, 2, 3, 4))  # a run: about 1.5 CPU-minutes
 #: LM rows of the tier's own, beyond the comparison's: label -> (scheme, model options, training settings). FIRE's
 #: threshold starts at 512 (its paper's code, trained on 2048 tokens: L/4); this row starts it at the same ratio
 #: of our L, so that its normalisation acts within 8L. T5's last bucket starts at max_distance = 128, above our
 #: L, so its far buckets never train; Press et al. trained it on 512 tokens, where every bucket does. This row
 #: keeps T5's 32 buckets and ends them at L/2, so that every bucket trains here too. xPos's libraries take the
 #: scale base 512 from a 1024-token model (L/2); at our L that decay is 16 times slower, and this row uses L/2.
-LM_VARIANTS = {"fire (threshold L/4)": ("fire", {"init_threshold": LM["L"] / 4}, {}),
-               "t5 (max_distance L/2)": ("t5", {"max_distance": LM["L"] // 2}, {}),
-               "xpos (scale L/2)": ("xpos", {"scale_base": LM["L"] / 2}, {}),
-               # chapters 05 and 06's ablations, judged here where the LM uses position: Shaw et al.'s clipping
-               # distance k = 2 (the default is 16), and XLNet's u, v per layer (Transformer-XL shares them)
-               "shaw (k = 2)": ("shaw", {"max_distance": 2}, {}),
-               "xl (per-layer u, v)": ("xl", {"untie_uv": True}, {})}
+LM_VARIANTS: dict[str, Variant] = {
+    "fire (threshold L/4)": ("fire", {"init_threshold": LM["L"] / 4}, {}),
+    "t5 (max_distance L/2)": ("t5", {"max_distance": LM["L"] // 2}, {}),
+    "xpos (scale L/2)": ("xpos", {"scale_base": LM["L"] / 2}, {}),
+    # chapters 05 and 06's ablations, judged here where the LM uses position: Shaw et al.'s clipping
+    # distance k = 2 (the default is 16), and XLNet's u, v per layer (Transformer-XL shares them)
+    "shaw (k = 2)": ("shaw", {"max_distance": 2}, {}),
+    "xl (per-layer u, v)": ("xl", {"untie_uv": True}, {})}
 
 
 def lm_schemes() -> tuple:
@@ -66,7 +67,7 @@ def cell(scheme: str, task: str, seed: int, lr: float):
     if scheme in VARIANTS or scheme in LM_VARIANTS:
         base, model, train = {**VARIANTS, **LM_VARIANTS}[scheme]
         return cell(base, task, seed, lr).replace(model=model, train=train)
-    common = dict(lr=lr, seed=seed, **MODEL)
+    common: Sizes = dict(lr=lr, seed=seed, **MODEL)
     if task == "lm":
         return lm(scheme, LM["L"], steps=LM["steps"], warmup=LM["steps"] // 10, max_tokens=LM["max_tokens"], **common)
     return synthetic(scheme, task, SYNTHETIC["L"], steps=STEPS[task], warmup=STEPS[task] // 10,
@@ -92,7 +93,8 @@ def lr_grid(task: str) -> tuple:
 def _grid(scheme: str, task: str, store: Store) -> tuple[tuple, dict | None]:
     """(`rates`, `grid_scores`) in one pass over the stored runs, each record read once: the base grid, then
     twice its largest rate while that rate scores best (at most `MAX_EXTENSIONS` times)."""
-    grid, scores = (), {}
+    grid: tuple[float, ...] = ()
+    scores: dict[float, float] = {}
     for lr in lr_grid(task):
         grid += (lr,)
         record = store.get(cell(scheme, task, 0, lr))
@@ -207,8 +209,9 @@ def lm_table(schemes=None, store: Store | None = None, factors=(1, 2, 4, 8)):
     if unknown or not schemes:
         raise ValueError(f"schemes: {unknown or 'empty'} not among the tier's LM rows {lm_schemes()}")
     store = Store("paper") if store is None else store
-    tuned = {s: tuned_records(s, "lm", store) for s in schemes}
-    if any(r is None for r in tuned.values()):
+    found = {s: tuned_records(s, "lm", store) for s in schemes}
+    tuned = {s: by_seed for s, by_seed in found.items() if by_seed is not None}
+    if len(tuned) < len(found):
         return None
     rows = Table(r for s, by_seed in tuned.items() for seed, rec in by_seed.items()
                  for r in rec.rows(scheme=s, task="lm", seed=seed))
@@ -243,10 +246,11 @@ def view(store: Store | None = None, lm_only: bool = False) -> dict:
     shown = tuned if complete else [(lab, s) for lab, s in labelled
                                     if lab["part"] == "grid" and lr.get((lab["scheme"], lab["task"])) == lab["lr"]]
     columns = ("scheme", "task", "seed", "lr")
-    rows = Table(r for lab, s in shown for r in records[s.key].rows(**{k: lab[k] for k in columns}))
-    stored = sum(r is not None for r in records.values())
+    have = {key: record for key, record in records.items() if record is not None}   # a tuned rate's grid is stored
+    rows = Table(r for lab, s in shown for r in have[s.key].rows(**{k: lab[k] for k in columns}))
+    stored = len(have)
     pending = "" if complete else (f"paper tier incomplete ({stored} of {len(records)} runs stored so far): "
                                    "python -m posenc.runs --profile paper --chapters 15_length_generalisation")
     from ..ensure import made
     return {"declared": len(records), "stored": stored, "complete": complete, "lr": lr, "rows": rows,
-            "pending": pending, "made": made((records[s.key] for _, s in shown), (lab["seed"] for lab, _ in shown))}
+            "pending": pending, "made": made((have[s.key] for _, s in shown), (lab["seed"] for lab, _ in shown))}

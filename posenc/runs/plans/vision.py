@@ -3,16 +3,19 @@ from __future__ import annotations
 
 from ..spec import RunSpec
 from . import declare
+from ._common import Sizes
 
 
 @declare("12_cnn_zero_padding")
 def cnn_zero_padding(profile: str):
     """Three paddings at full depth (read-out R^2 of the position), and zero padding at growing depth."""
-    size = {"ci": dict(size=16, dilations=(1, 2, 4, 1), channels=16, steps=300, batch_size=16, seeds=(0, 1, 2, 3, 4),
-                       sweep=[(1,), (1, 2), (1, 2, 2), (1, 2, 4, 1)], sweep_steps=200, maps=True),
-            "full": dict(size=32, dilations=(1, 2, 4, 8, 1), channels=32, steps=2000, batch_size=32, seeds=(0, 1, 2),
-                         sweep=[(1,), (1, 2), (1, 2, 4), (1, 2, 4, 4), (1, 2, 4, 8), (1, 2, 4, 8, 1)],
-                         sweep_steps=1000, maps=False)}.get(profile)
+    size: Sizes | None = {
+        "ci": dict(size=16, dilations=(1, 2, 4, 1), channels=16, steps=300, batch_size=16, seeds=(0, 1, 2, 3, 4),
+                   sweep=[(1,), (1, 2), (1, 2, 2), (1, 2, 4, 1)], sweep_steps=200, maps=True),
+        "full": dict(size=32, dilations=(1, 2, 4, 8, 1), channels=32, steps=2000, batch_size=32,
+                     seeds=(0, 1, 2),
+                     sweep=[(1,), (1, 2), (1, 2, 4), (1, 2, 4, 4), (1, 2, 4, 8), (1, 2, 4, 8, 1)],
+                     sweep_steps=1000, maps=False)}.get(profile)
     if size is None:
         return []
 
@@ -48,9 +51,11 @@ def vit(profile: str):
     """ViTs with four position schemes at low resolution, moved to high resolution; CNN stems without position."""
     ci = dict(lo=16, hi=32, patch=4, d_model=32, n_heads=2, n_layers=2, steps=400, ft_steps=40, batch_size=32,
               lr=3e-3, max_shift=0, seeds=(0, 1, 2))
-    size = {"ci": ci, "paper": {**ci, "seeds": PAPER_SEEDS},
-            "full": dict(lo=32, hi=64, patch=4, d_model=128, n_heads=4, n_layers=4, steps=1000, ft_steps=200,
-                         batch_size=64, lr=2e-3, max_shift=1, seeds=(0, 1, 2))}.get(profile)
+    size: Sizes | None = {
+        "ci": ci,
+        "paper": {**ci, "seeds": PAPER_SEEDS},
+        "full": dict(lo=32, hi=64, patch=4, d_model=128, n_heads=4, n_layers=4, steps=1000, ft_steps=200,
+                     batch_size=64, lr=2e-3, max_shift=1, seeds=(0, 1, 2))}.get(profile)
     if size is None:
         return []
     steps = size["steps"]
@@ -75,9 +80,9 @@ def vit(profile: str):
 def data_sweep(profile: str):
     """ViT's inductive-bias claim: the learned table with a patch or a CNN stem, on the first n training digits."""
     ci = dict(image=24, d_model=32, n_heads=2, n_layers=2, steps=1200, batch_size=32, lr=3e-3, seeds=(0, 1, 2))
-    size = {"ci": ci, "paper": {**ci, "seeds": PAPER_SEEDS},
-            "full": dict(image=32, d_model=128, n_heads=4, n_layers=4, steps=1000, batch_size=64, lr=2e-3,
-                         seeds=(0, 1, 2))}.get(profile)
+    size: Sizes | None = {"ci": ci, "paper": {**ci, "seeds": PAPER_SEEDS},
+                          "full": dict(image=32, d_model=128, n_heads=4, n_layers=4, steps=1000, batch_size=64, lr=2e-3,
+                                       seeds=(0, 1, 2))}.get(profile)
     if size is None:
         return []
 
