@@ -64,7 +64,7 @@ class SequenceTask(Task, Protocol):
     @property
     def train_length(self) -> int: ...
 
-    #: evaluate(model, length, **settings) -> {metric: value} at that length
+    #: `evaluate(model, length, ...)` returns the metrics at that length, a dict of floats by name
     evaluate: Callable[..., dict]
 
 
