@@ -45,6 +45,8 @@ from set_repository import BADGE_RE, colab_url, repository  # noqa: E402
 def _numbering():
     """The Sphinx extension that numbers the book (book/_ext/chapter_numbers.py), loaded once."""
     spec = importlib.util.spec_from_file_location("chapter_numbers", ROOT / "book/_ext/chapter_numbers.py")
+    if spec is None or spec.loader is None:
+        raise ImportError("book/_ext/chapter_numbers.py cannot be loaded")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -34,6 +34,9 @@ def main(argv=None) -> None:
         store = Store("paper", root=root)
         for scheme in ("fire", "fire (threshold L/4)"):
             stored = suite.tuned_records(scheme, "lm")
+            if stored is None:
+                raise SystemExit(f"the paper tier's tuned LM runs of {scheme!r} are not all stored: "
+                                 "python -m posenc.runs --profile paper --chapters 15_length_generalisation")
             for seed in args.seeds:
                 if seed not in stored:
                     raise SystemExit(f"seed {seed} of {scheme!r} is not stored; stored seeds: {sorted(stored)}")

@@ -67,7 +67,7 @@ def clean(path: Path) -> None:
 
 def merge_streams(outputs: list) -> list:
     """`outputs` with each run of consecutive stream outputs to one stream (stdout, stderr) joined."""
-    merged = []
+    merged: list = []
     for output in outputs:
         last = merged[-1] if merged else None
         if (output.get("output_type") == "stream" and last is not None and last.get("output_type") == "stream"

@@ -50,7 +50,9 @@ def members(stream, label: str):
             for m in tar:
                 if not m.isfile():
                     continue
-                data = tar.extractfile(m).read()
+                member = tar.extractfile(m)            # a regular member: never None
+                assert member is not None
+                data = member.read()
                 if len(data) != m.size:
                     raise EOFError(f"{m.name}: {len(data)} of {m.size} bytes")
                 yield m.name, data
