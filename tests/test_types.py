@@ -15,14 +15,14 @@ def test_the_package_is_marked_typed_and_the_marker_is_installed():
 
 
 def test_mypy_finds_the_package_annotations_true():
-    """mypy over `posenc/` (and the maintainers' `scripts/`) with the settings of pyproject.toml
+    """mypy over `posenc/` (and the maintainers' `scripts/` and `benchmarks/`) with the settings of pyproject.toml
     (`[tool.mypy]`: the oldest Python the package supports, bodies of unannotated functions checked too).
     A wrong annotation, a None not handled, an attribute no class defines: each is an error a user's
     checker would report."""
     api = pytest.importorskip("mypy.api", reason="mypy is in requirements.txt (pip install mypy)")
     out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
-                                str(ROOT / ".mypy_cache"), str(ROOT / "posenc"), str(ROOT / "scripts")])
-    assert status == 0, f"mypy found errors in posenc or scripts:\n{out}{err}"
+                                *(str(ROOT / folder) for folder in ("posenc", "scripts", "benchmarks"))])
+    assert status == 0, f"mypy found errors:\n{out}{err}"
     assert "Success: no issues found" in out
 
 
