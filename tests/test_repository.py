@@ -115,7 +115,7 @@ def test_printed_text_a_page_shows_wraps_or_fits_the_pages_column():
     unwrapped = []
     for where, cell in _chapter_cells():
         tags = set(cell["metadata"].get("tags", []))
-        if cell["cell_type"] == "code" and not tags & {"wrap-output", "hide-output", "remove-output", "remove-cell"}:
+        if cell["cell_type"] == "code" and not tags & {"wrap-output", "hide-output", "hide-cell", "remove-output", "remove-cell"}:
             unwrapped += _wide(where, "".join("".join(out["text"]) for out in cell.get("outputs", [])
                                               if out["output_type"] == "stream"))
     assert not unwrapped, "\n".join(unwrapped)
@@ -159,6 +159,23 @@ def test_package_source_a_chapter_lists_fits_the_pages_column():
         cells += 1
         wide += _wide(where, "".join(shown))
     assert cells >= 20 and not wide, "\n".join(wide)
+
+
+def test_every_fold_says_what_it_holds():
+    """A folded cell (hide-input, hide-output, hide-cell) opens with a button that names its content ("Show the
+    code for this figure", "Show every verdict with its numbers"), not myst-nb's generic "Show code cell source",
+    and closes with the same words after "Hide"."""
+    generic = {f"Show code cell {kind}" for kind in ("source", "outputs", "content")}
+    bad, folds = [], 0
+    for where, cell in _chapter_cells():
+        if not any(tag.startswith("hide-") for tag in cell["metadata"].get("tags", [])):
+            continue
+        folds += 1
+        prompts = cell["metadata"].get("mystnb", {})
+        show, hide = prompts.get("code_prompt_show", ""), prompts.get("code_prompt_hide", "")
+        if not show.startswith("Show ") or show in generic or hide != "Hide " + show[len("Show "):]:
+            bad.append(f"{where}: show {show!r}, hide {hide!r}")
+    assert folds >= 150 and not bad, "\n".join(bad)
 
 
 def test_a_listing_shows_the_objects_source_as_python_markdown_and_refuses_what_has_none():
