@@ -554,7 +554,7 @@ def findings_summary(table: Table) -> str:
     if by_mrr:                                                    # a synthetic suite ranked some schemes
         span = lambda r: (f" (place{'s' if ' to ' in r['MRR places'] else ''} {r['MRR places']} under seed noise)"
                           if r.get("MRR places") else "")
-        text += (f" On length generalisation (mean reciprocal rank over the tasks some scheme learned"
+        text += (f" On length generalisation (mean reciprocal rank over the LM and the tasks some scheme learned"
                  f"{'' if len(by_mrr) == len(rows) else f', the {len(by_mrr)} schemes ranked'}) "
                  f"{by_mrr[0]['scheme']} ranks first{span(by_mrr[0])}")
         text += f" and NoPE {nope_rank} of {len(by_mrr)}{span(nope)}." if nope else "."

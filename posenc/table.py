@@ -35,7 +35,8 @@ class Table(list):
         return Table(r for r in self if all(r.get(k) == v for k, v in equal.items()))
 
     def round(self, digits: int) -> "Table":
-        return Table({k: round(v, digits) if isinstance(v, float) else v for k, v in r.items()} for r in self)
+        """Every float rounded to `digits` places; one that rounds to zero becomes 0.0, never -0.0 (printed "-0")."""
+        return Table({k: round(v, digits) + 0.0 if isinstance(v, float) else v for k, v in r.items()} for r in self)
 
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(list(self), indent=1)

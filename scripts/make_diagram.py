@@ -50,6 +50,20 @@ HOOKS = {
 }
 
 
+#: The value term r_ij belongs to the extra hook (its colour, `extra_values`), but a chapter highlights it only
+#: where its scheme adds to the values (Shaw et al.): XL, TUPE, DeBERTa and CoPE add logits alone.
+VALUES = "values"
+
+
+def hook_text(hook: str, hooks) -> tuple[str, str]:
+    """(name, methods) of `hook` as a drawing that highlights `hooks` shows it: the extra hook without
+    VALUES is named for its logits alone."""
+    _, name, methods, _ = HOOKS[hook]
+    if hook == "extra" and VALUES not in hooks:
+        return "extra logits", "extra_logits"
+    return name, methods
+
+
 # -- the equation as tokens ----------------------------------------------------------
 def it(s):
     return [("it", s)]
@@ -100,7 +114,7 @@ def logit_rhs():
 def output_rhs():
     """sum_j softmax_j(a_ij) (v_j + r_ij)."""
     return cat(rm("Σ"), sub("j"), gap(0.17), rm("softmax"), sub("j"), rm("("), var("a", "ij"), rm(")"),
-               gap(0.17), rm("("), var("v", "j"), op("+"), box("extra", var("r", "ij")), rm(")"))
+               gap(0.17), rm("("), var("v", "j"), op("+"), box(VALUES, var("r", "ij")), rm(")"))
 
 
 EQUATION = [(var("a", "ij"), logit_rhs()), (var("o", "i"), output_rhs())]
@@ -231,7 +245,8 @@ def tint(colour: str, amount: float = 0.16) -> str:
 def painter(highlight):
     """paint(hook) for the hooks in `highlight`: (stroke, light fill, text colour), else None."""
     def paint(hook):
-        return (HOOKS[hook][0], tint(HOOKS[hook][0]), INK) if hook in highlight else None
+        colour = HOOKS["extra" if hook == VALUES else hook][0]
+        return (colour, tint(colour), INK) if hook in highlight else None
     return paint
 
 
@@ -241,9 +256,9 @@ def swatch(hook: str, x: float, y: float, size: float = 16) -> str:
             f'fill="{tint(colour)}" stroke="{colour}" stroke-width="1.5"/>')
 
 
-def hook_label(hook: str, x: float, y: float, size: float) -> list[str]:
+def hook_label(hook: str, x: float, y: float, size: float, hooks=tuple(HOOKS) + (VALUES,)) -> list[str]:
     """Swatch, bold hook name and its `Scheme` methods in code type, on one line."""
-    _, name, methods, _ = HOOKS[hook]
+    name, methods = hook_text(hook, hooks)
     return [swatch(hook, x, y, size - 1),
             f'<text x="{num(x + size + 8)}" y="{num(y)}" font-family="{SANS}" font-size="{num(size)}" fill="{INK}">'
             f'<tspan font-weight="bold">{escape(name)}</tspan>'
@@ -279,7 +294,7 @@ def main_diagram() -> str:
     width, height = 640, 324
     left, right = equation_span()
     x_eq = (width - left - right) / 2 + left
-    body = equation(x_eq, 40, 46, painter(HOOKS)) + legend(24, 130)
+    body = equation(x_eq, 40, 46, painter(set(HOOKS) | {VALUES})) + legend(24, 130)
     desc = ("Attention of one head: " + EQ_TEXT + " Boxes mark where position enters: "
             + "; ".join(f"{n} ({m}): {e}" for _, n, m, e in HOOKS.values()) + ".")
     return svg(width, height, "where-position", "Where position enters attention", desc, body)
@@ -291,8 +306,8 @@ NONE_NOTE = "no position: NoPE"
 def hook_names(hooks: tuple, x: float, y: float, size: float) -> list[str]:
     """Swatch and bold name of each hook, side by side on one line (a chapter whose schemes use several)."""
     out = []
-    for hook in hooks:
-        name = HOOKS[hook][1]
+    for hook in (h for h in hooks if h != VALUES):
+        name = hook_text(hook, hooks)[0]
         out += [swatch(hook, x, y, size - 1),
                 f'<text x="{num(x + size + 8)}" y="{num(y)}" font-family="{SANS}" font-size="{num(size)}" '
                 f'font-weight="bold" fill="{INK}">{escape(name)}</text>']
@@ -309,21 +324,27 @@ def variant(hooks: tuple) -> str:
         label = [f'<text x="12" y="22" font-family="{SANS}" font-size="17" fill="#555555">{NONE_NOTE}</text>']
         title, desc = "Attention without position (NoPE)", "No position term is used: " + EQ_TEXT
     else:
-        label = hook_label(hooks[0], 12, 22, 17) if len(hooks) == 1 else hook_names(hooks, 12, 22, 17)
-        names = " and ".join(HOOKS[h][1] for h in hooks)
+        shown = [h for h in hooks if h != VALUES]
+        label = hook_label(shown[0], 12, 22, 17, hooks) if len(shown) == 1 else hook_names(hooks, 12, 22, 17)
+        names = " and ".join(hook_text(h, hooks)[0] for h in shown)
         title = f"Where position enters: {names}"
-        desc = "; ".join(f"Hook {HOOKS[h][1]} ({HOOKS[h][2]}), used by {HOOKS[h][3]}" for h in hooks)
+        desc = "; ".join(f"Hook {hook_text(h, hooks)[0]} ({hook_text(h, hooks)[1]}), used by {HOOKS[h][3]}"
+                         for h in shown)
         desc += ", highlighted in: " + EQ_TEXT
     body = label + equation(x_eq, 62, 42, painter(set(hooks)))
     return svg(width, height, f"hook-{'-'.join(hooks) or 'none'}", title, desc, body)
 
 
-#: The chapters' diagrams: one hook each, or several where a chapter's schemes enter at more than one
-#: (ViT's learned and 2-D sinusoidal tables at the input and axial RoPE at q/k; chapter 07b's Shaw and
-#: Transformer-XL extra terms beside T5's bias; chapter 17's KERPLE and FIRE biases, CoPE's extra logits,
-#: and randomized positions given to RoPE).
+#: The chapters' diagrams, named by their hooks in alphabetical order: one hook each, or several where a
+#: chapter's schemes enter at more than one (ViT's learned and 2-D sinusoidal tables at the input and axial
+#: RoPE at q/k; chapter 07b's Shaw and Transformer-XL extra terms beside T5's bias; TUPE's position bias and
+#: its BERT-A^d ablation's cross terms; DeBERTa's c2p/p2c logits and the EMD's absolute positions; chapter
+#: 17's KERPLE and FIRE biases, CoPE's extra logits, and randomized positions given to RoPE). `values`:
+#: the extra hook's value term is highlighted too (Shaw et al.).
 VARIANTS = {"input": ("input",), "qk": ("qk",), "bias": ("bias",), "extra": ("extra",), "none": (),
-            "input-qk": ("input", "qk"), "bias-extra": ("bias", "extra"), "bias-extra-qk": ("bias", "extra", "qk")}
+            "extra-values": ("extra", VALUES), "extra-input": ("input", "extra"), "input-qk": ("input", "qk"),
+            "bias-extra": ("bias", "extra"), "bias-extra-values": ("bias", "extra", VALUES),
+            "bias-extra-qk": ("bias", "extra", "qk")}
 
 
 def render() -> dict[pathlib.Path, str]:

@@ -1,4 +1,6 @@
 """Every shared plot labels its axes (with units where there are units)."""
+import math
+
 import matplotlib
 import pytest
 
@@ -57,7 +59,7 @@ def test_metric_vs_length_by_group_draws_one_panel_per_family_on_a_shared_axis()
     table = Table([{"scheme": s, "x_train": x, "seed": 0, "bpc": 2.0 + i + x / 8}
                    for i, s in enumerate(schemes) for x in (1, 2, 4, 8)])
     groups = families(schemes)                  # an option row sits with its scheme, the sweep's own after 2021
-    assert [g for _, g in groups] == [["nope", "learned"], ["nope", "rope", "alibi", "xl", "t5 (max_distance L/2)"],
+    assert [g for _, g in groups] == [["nope", "learned"], ["nope", "rope", "xl", "t5 (max_distance L/2)"],
                                       ["nope", "rope", "alibi", "kerple", "rope (randomized)", "xpos (scale L/2)"]]
     fig = plots.metric_vs_length_by_group(table, groups, y="bpc", ylabel="bits per character", title=", L = 64")
     axes = fig.get_axes()
@@ -260,6 +262,8 @@ def test_tables_print_four_significant_digits_right_aligned_and_round_only_float
     assert str(Table([{"a": 1}, {"a": 100}])).splitlines() == ["  a", "---", "  1", "100"]
     rounded = Table([{"b": True, "n": 7, "x": 1.23456}]).round(2)[0]
     assert rounded["b"] is True and rounded["n"] == 7 and rounded["x"] == 1.23
+    near_zero = Table([{"r2": -0.0004}, {"r2": 0.0004}]).round(3)          # printed "0", not "-0" (chapter 12)
+    assert str(near_zero).split()[2:] == ["0", "0"] and math.copysign(1, near_zero[0]["r2"]) == 1
 
 
 def test_rope_extensions_have_one_style_in_both_chapters_and_no_schemes_colour():

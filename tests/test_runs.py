@@ -584,6 +584,11 @@ def test_a_chapter_states_its_profile_and_what_is_missing_in_its_key_result(tmp_
     assert status.endswith("Also stored: `full`.")                        # 02's full tier is committed whole
     one = Runs("02_sinusoidal", "full", [({"seed": 0}, specs[0])], records[:1])
     assert one.status() == "Numbers from the GPU `full` profile: 1 run on CPU, seed 0."   # nothing larger to make
+    from posenc.runs.store import Record
+    older = Runs("02_sinusoidal", "full", [({"seed": 0}, specs[0])],
+                 [Record({**records[0], "version": {**records[0]["version"], "posenc": "0.0.1"}})])
+    assert older.status() == ("Numbers from the GPU `full` profile: 1 run on CPU, seed 0. Made by older code "
+                              "(posenc 0.0.1), kept because their specs, which hash every setting, are unchanged.")
     text = runs.key_result("RoPE wins.", "  ALiBi holds.  ")
     assert text.startswith("RoPE wins. ALiBi holds.\n\n*Numbers from") and text.endswith("*")
     assert text._repr_markdown_() == str(text)          # a notebook (Colab, with no page box) shows it formatted

@@ -417,6 +417,27 @@ def test_every_figure_image_has_words_for_its_alt_text(site):
         for alt, src in re.findall(r'<img alt="([^"]*)" src="([^"]*)"', page.read_text()):
             assert alt and "_images/" not in alt and alt != src.rsplit("/", 1)[-1], (page.name, src, alt[:80])
             checked += 1
+            assert "\\" not in alt, (page.name, "LaTeX in the alt text", alt[:80])
     rope = (site / "notebooks" / "11_rope.html").read_text()
     assert '<img alt="RoPE, NoPE, learned and sinusoidal character LMs: (a) training loss' in rope
+    assert '<img alt="The score ⟨R_m q, R_n k⟩ of one fixed pair q, k' in rope
     assert checked >= 80
+
+
+@pytest.mark.parametrize("latex, spoken", [
+    (r"\frac{1}{d/2}\sum_j |S_j|", "1/(d/2)Σ_j |S_j|"),
+    (r"\langle R_m q, R_n k \rangle", "⟨R_m q, R_n k⟩"),
+    (r"\theta'_i/\theta_i", "θ'_i/θ_i"),
+    (r"n \le 2L", "n ≤ 2L"),
+    (r"\mathrm{PE}(p + k)", "PE(p + k)"),
+    (r"-m\,(i - j)", "-m (i - j)"),
+    (r"0, \dots, n-1", "0, …, n-1"),
+    (r"2^{-9}", "2^-9"),
+    (r"\tau = 8", "τ = 8"),
+])
+def test_a_captions_math_is_spelt_for_a_screen_reader(latex, spoken):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("figure_alt", ROOT / "book" / "_ext" / "figure_alt.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.plain_math(latex) == spoken

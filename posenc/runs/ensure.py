@@ -187,7 +187,8 @@ class Runs:
         now = code_version()["posenc"]
         older = sorted({f"posenc {v['posenc']}" for r in self.records
                         if (v := r.get("version") or {}).get("posenc") != now})
-        stale = f" Made by older code: {', '.join(older)}." if older else ""
+        stale = (f" Made by older code ({', '.join(older)}), kept because their specs, which hash every setting, "
+                 "are unchanged." if older else "")
         if self.missing:
             n = len(self.missing)
             return (f"Numbers from {scale}, so far: {self.made()}.{stale} Not stored yet: {n} run{'s' if n != 1 else ''}"
