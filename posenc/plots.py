@@ -92,17 +92,37 @@ def label_panels(axes) -> None:
     """Letter the panels (a), (b), ... in reading order, so that a caption's "(b)" names a panel the
     reader can find. The letter heads each panel's title: "(b)" at once, and "(b) kback" once the
     chapter titles the panel (a title that already starts with its letter is kept as it is), so the
-    letter takes no place of its own that a long title could run into."""
+    letter takes no place of its own that a long title could run into. A title wider than its panel
+    breaks onto two lines (`fit_title`)."""
     for i, ax in enumerate(axes):
         letter = f"({chr(ord('a') + i)})"
 
-        def lettered(label, fontdict=None, loc=None, pad=None, *, _set=ax.set_title, _letter=letter, **kwargs):
+        def lettered(label, fontdict=None, loc=None, pad=None, *, _set=ax.set_title, _letter=letter, _ax=ax,
+                     **kwargs):
             if loc in (None, "center") and not str(label).startswith(_letter):
                 label = f"{_letter} {label}".rstrip()
-            return _set(label, fontdict, loc, pad, **kwargs)
+            return fit_title(_ax, _set(label, fontdict, loc, pad, **kwargs))
 
         ax.set_title = lettered
         ax.set_title("")
+
+
+def fit_title(ax, title):
+    """`title` (a Text of `ax`) on two lines, broken at the space that makes the longer line shortest, when
+    on one line it is wider than the axes (`_axes_width`): matplotlib lets a long title run over its
+    neighbour's and past the figure's edge, and a figure wider than the page's column is shrunk to fit
+    it, every label with it. A title with a line break of its own is kept as it is. Returns `title`."""
+    text = title.get_text()
+    if "\n" in text or " " not in text.strip():
+        return title
+    renderer = ax.figure.canvas.get_renderer()
+    width = lambda s: (title.set_text(s), title.get_window_extent(renderer).width / ax.figure.dpi)[1]
+    if width(text) <= _axes_width(ax):
+        return title
+    cuts = [i for i, c in enumerate(text) if c == " "]
+    best = min(cuts, key=lambda i: max(width(text[:i]), width(text[i + 1:])))
+    title.set_text(f"{text[:best]}\n{text[best + 1:]}")
+    return title
 
 
 def _check_matrix(name: str, value, expected: str) -> None:
@@ -279,7 +299,7 @@ def ratio_bars(ratios: dict, *, xlabel: str, marks=(1.0, 2.0), ax=None, title: s
     for x in marks:
         ax.axvline(x, color="grey", ls=":", lw=1)
     for i, k in enumerate(order):
-        ax.text(ratios[k], i, f" {ratios[k]:.2f}", va="center", fontsize=7)
+        ax.text(ratios[k], i, f" {ratios[k]:.2f}", va="center", fontsize=8)
     ax.set(xlabel=xlabel, title=title, xlim=(0, max(ratios.values()) * 1.12))
     ax.grid(axis="x", alpha=0.3)
     return ax
@@ -303,8 +323,8 @@ def attention_map(weights: torch.Tensor, *, ax=None, title: str = "", tick_label
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.yaxis.get_major_locator().set_params(integer=True)
     if tick_labels is not None:
-        ax.set_xticks(range(len(tick_labels)), tick_labels, fontsize=6, rotation=90)
-        ax.set_yticks(range(len(tick_labels)), tick_labels, fontsize=6)
+        ax.set_xticks(range(len(tick_labels)), tick_labels, fontsize=8, rotation=90)
+        ax.set_yticks(range(len(tick_labels)), tick_labels, fontsize=8)
     _colorbar(im, ax, "attention weight")
     return ax
 

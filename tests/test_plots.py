@@ -63,7 +63,8 @@ def test_metric_vs_length_by_group_draws_one_panel_per_family_on_a_shared_axis()
                                       ["nope", "rope", "alibi", "kerple", "rope (randomized)", "xpos (scale L/2)"]]
     fig = plots.metric_vs_length_by_group(table, groups, y="bpc", ylabel="bits per character", title=", L = 64")
     axes = fig.get_axes()
-    assert [ax.get_title() for ax in axes] == [f"({letter}) {name}, L = 64" for letter, (name, _) in zip("abc", groups)]
+    assert [ax.get_title().replace("\n", " ") for ax in axes] == [f"({letter}) {name}, L = 64"     # long ones
+                                                                  for letter, (name, _) in zip("abc", groups)]  # wrap
     assert [sorted(l.get_label() for l in ax.get_lines() if l.get_label() != "training length") for ax in axes] \
         == [sorted(g) for _, g in groups]
     assert all(ax.get_xscale() == "log" for ax in axes) and axes[0].get_shared_y_axes().joined(axes[0], axes[2])
@@ -121,6 +122,49 @@ def test_panels_are_lettered_in_reading_order_and_the_letter_heads_each_title():
     _, unlettered = plots.panels(3, letters=False)
     assert one.get_title() == "one panel" and all(ax.get_title() == "" for ax in unlettered)
     plt.close("all")
+
+
+def test_a_panels_title_wider_than_the_panel_breaks_onto_two_lines_that_fit():
+    """matplotlib lets a long title run over the next panel and past the figure's edge (the figure is then
+    shrunk to the page's column, all its text with it): a lettered panel's title breaks at the space that
+    makes its longer line shortest, and each line then fits the panel."""
+    fig, axes = plots.panels(2)
+    long = "relative, in the source articles: kback, trained on n <= 12"
+    axes[0].set_title(long, fontsize=9)
+    axes[1].set_title("kback")
+    renderer = fig.canvas.get_renderer()
+    first, second = axes[0].get_title().split("\n")
+    assert f"{first} {second}" == f"(a) {long}"
+    assert max(len(first), len(second)) < 0.7 * len(long)            # broken near the middle, not after "(a)"
+    for line in (first, second):
+        text = axes[0].text(0, 0, line, fontsize=9)
+        assert text.get_window_extent(renderer).width / fig.dpi <= plots._axes_width(axes[0])
+        text.remove()
+    assert axes[1].get_title() == "(b) kback"                      # a title that fits is kept on one line
+    fig.canvas.draw()                                                # and the figure keeps to its width
+    assert fig.get_tightbbox(renderer).width <= plots.PAGE_WIDTH + 0.05
+    axes[1].set_title("its own\nbreak, kept as the chapter wrote it although it is far wider than a panel")
+    assert axes[1].get_title().count("\n") == 1
+    plt.close("all")
+
+
+def test_no_figure_text_is_set_below_eight_points():
+    """The book's smallest text: 8 pt, which a 7-inch figure (`PAGE_WIDTH`) shrunk into a laptop's column
+    (660 px at 1280 px wide) draws at 10.5 px. A size set by number anywhere in the package or a chapter
+    is at least that."""
+    import json
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    sources = [(str(p.relative_to(root)), p.read_text()) for p in sorted((root / "posenc").rglob("*.py"))]
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        sources += [(f"{path.name} cell {i}", "".join(c["source"])) for i, c in enumerate(cells)
+                    if c["cell_type"] == "code"]
+    size = re.compile(r"\b(?:fontsize|labelsize|title_fontsize)\s*=\s*(\d+(?:\.\d+)?)\b")
+    small = [f"{where}: {m.group(0)}" for where, text in sources for m in size.finditer(text)
+             if float(m.group(1)) < 8]
+    assert len(sources) > 300 and not small, small
 
 
 def test_heatmaps_are_labelled_and_cosine_is_bounded():
