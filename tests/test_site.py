@@ -441,3 +441,24 @@ def test_a_captions_math_is_spelt_for_a_screen_reader(latex, spoken):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.plain_math(latex) == spoken
+
+
+@pytest.mark.parametrize("author, year, label", [
+    ("bloc97", "2023", "blo23"),                  # pybtex alone: "bloc9723"; alpha.bst: the first three letters
+    ("Keys, Robert", "1981", "Key81"),
+    ("Su, Jianlin", "2021", "Su21"),
+    ("{Meta AI}", "2025", "MetaAI25"),            # a braced institution keeps its name
+    ("Press, Ofir and Smith, Noah A. and Lewis, Mike", "2022", "PSL22"),
+])
+def test_citation_labels_follow_bibtex_alpha_for_a_one_word_author(author, year, label):
+    """book/_ext/bib_labels.py, the style the book cites with (`bibtex_default_style` in _config.yml)."""
+    import importlib.util
+    import yaml
+    from pybtex.database import parse_string
+    spec = importlib.util.spec_from_file_location("bib_labels", ROOT / "book" / "_ext" / "bib_labels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    entries = parse_string(f"@misc{{x, author={{{author}}}, year={{{year}}}, title={{t}}}}", "bibtex").entries
+    assert list(module.LabelStyle().format_labels(entries.values())) == [label]
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]
+    assert config["config"]["bibtex_default_style"] == "posenc-alpha" and "bib_labels" in config["local_extensions"]
