@@ -424,6 +424,21 @@ def test_every_figure_image_has_words_for_its_alt_text(site):
     assert checked >= 80
 
 
+def test_code_cites_equations_by_the_number_the_page_shows(site):
+    """A code comment or docstring in a chapter cites "Eq. (11.10)", as the prose does, never the label behind
+    it ("Eq. (eq-rope-decay)" is what a reader of the code saw), and the number is one of the chapter's."""
+    cited = 0
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        assert not re.findall(r"Eqs?\. \([a-z][a-z0-9-]*\)", code), path.name
+        html = (site / "notebooks" / f"{path.stem}.html").read_text()
+        shown = set(re.findall(r'class="eqno">\(([0-9a-zA-Z.]+)\)', html))
+        for number in re.findall(r"Eqs?\. \(([0-9S]+\.[0-9]+)\)", code):
+            assert number in shown, (path.name, number)
+            cited += 1
+    assert cited >= 10
+
+
 @pytest.mark.parametrize("latex, spoken", [
     (r"\frac{1}{d/2}\sum_j |S_j|", "1/(d/2)Σ_j |S_j|"),
     (r"\langle R_m q, R_n k \rangle", "⟨R_m q, R_n k⟩"),
