@@ -116,7 +116,12 @@ def fit_title(ax, title):
     if "\n" in text or " " not in text.strip():
         return title
     renderer = ax.figure.canvas.get_renderer()
-    width = lambda s: (title.set_text(s), title.get_window_extent(renderer).width / ax.figure.dpi)[1]
+
+    def width(candidate: str) -> float:
+        """The inches `candidate` takes as this title (set on it to be measured)."""
+        title.set_text(candidate)
+        return title.get_window_extent(renderer).width / ax.figure.dpi
+
     if width(text) <= _axes_width(ax):
         return title
     cuts = [i for i, c in enumerate(text) if c == " "]

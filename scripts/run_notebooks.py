@@ -15,6 +15,9 @@ run the notebook is post-processed so the book and the diffs stay clean:
   (``kernelspec`` and ``language_info`` are kept);
 * consecutive stream outputs of one cell to the same stream are merged into one (the
   kernel flushes a long print in pieces, at points that vary from run to run);
+* a cell whose figure is drawn at the page's width (`figure_width` at least `PAGE_WIDE` px) gets the
+  tag ``full-width``, which it loses when its figure narrows: on a laptop the book shows such a figure
+  across the text column and the margin (book/static/posenc.css);
 * the file is written by nbformat with Jupyter's 1-space indent.
 
 Each notebook executes into a temporary copy beside it, which replaces it only when
@@ -29,8 +32,10 @@ are written again where they changed (scripts/colab_notebooks.py).
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import signal
+import struct
 import sys
 import time
 from pathlib import Path
@@ -56,6 +61,7 @@ def clean(path: Path) -> None:
         if "injected-parameters" in tags:
             tags = [t for t in tags if t != "remove-cell"] + ["remove-cell"]
             cell.id = "injected-parameters"  # papermill draws a random id each run
+        tags = [t for t in tags if t != "full-width"] + (["full-width"] if figure_width(cell) >= PAGE_WIDE else [])
         if tags:
             cell.metadata["tags"] = tags
         for output in cell.get("outputs", []):
@@ -63,6 +69,18 @@ def clean(path: Path) -> None:
         if "outputs" in cell:
             cell.outputs = merge_streams(cell.outputs)
     nbformat.write(nb, path)
+
+
+#: A figure at least this wide (px) was drawn at the page's width (`posenc.plots.PAGE_WIDTH`, 7 inches at
+#: 150 dpi: about 1050 px); a single heatmap (4 inches) is 600.
+PAGE_WIDE = 900
+
+
+def figure_width(cell) -> int:
+    """The width in pixels of the widest PNG among a cell's outputs (0: none), read from its header."""
+    widths = [struct.unpack(">I", base64.b64decode(out["data"]["image/png"][:100])[16:20])[0]
+              for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
+    return max(widths, default=0)
 
 
 def merge_streams(outputs: list) -> list:

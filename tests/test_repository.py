@@ -196,16 +196,17 @@ def test_a_listing_shows_the_objects_source_as_python_markdown_and_refuses_what_
 def test_a_figure_drawn_at_the_pages_width_takes_the_margin_on_a_laptop():
     """A cell whose figure is drawn at `PAGE_WIDTH` (about 1050 px at 150 dpi) is tagged `full-width`: on a
     laptop it spans the text column and the right margin (book/static/posenc.css), so its 8-pt text shows at
-    14 px instead of 10.5. A narrower figure (a single heatmap) keeps the column, and so does any other cell."""
-    import base64
+    14 px instead of 10.5. A narrower figure (a single heatmap) keeps the column, and so does any other cell.
+    scripts/run_notebooks.py sets the tag from the figure's width (`figure_width`) when it runs a chapter."""
+    import importlib.util
     import json
-    import struct
+    spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "scripts" / "run_notebooks.py")
+    run_notebooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_notebooks)
     wide, tagged = [], []
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-            widths = [struct.unpack(">I", base64.b64decode(out["data"]["image/png"][:100])[16:20])[0]
-                      for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
-            if widths and max(widths) >= 900:
+            if run_notebooks.figure_width(cell) >= run_notebooks.PAGE_WIDE:
                 wide.append(f"{path.name} cell {i}")
             if "full-width" in cell.get("metadata", {}).get("tags", []):
                 tagged.append(f"{path.name} cell {i}")

@@ -71,3 +71,35 @@ def test_save_results_is_atomic_and_stays_in_its_folder(tmp_path):
             posenc.save_results(name, {"a": 1}, tmp_path)
     with pytest.raises(ValueError, match="outside"):
         posenc.save_claim("../x", "ci", "c", "m", True, results_dir=tmp_path)
+
+
+def test_clean_tags_a_cell_full_width_exactly_when_its_figure_is_drawn_at_the_pages_width(tmp_path):
+    """After a run, a cell whose PNG is at least PAGE_WIDE px wide carries `full-width` (the book shows it
+    across the margin on a laptop); one whose figure narrowed, or that draws none, loses the tag."""
+    import base64
+    import importlib.util
+    import struct
+    import zlib
+    spec = importlib.util.spec_from_file_location("run_notebooks", SCRIPT)
+    run_notebooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_notebooks)
+
+    def png(width: int) -> str:
+        chunk = lambda kind, data: (struct.pack(">I", len(data)) + kind + data
+                                    + struct.pack(">I", zlib.crc32(kind + data)))
+        raw = chunk(b"IHDR", struct.pack(">IIBBBBB", width, 1, 8, 0, 0, 0, 0))
+        return base64.b64encode(b"\x89PNG\r\n\x1a\n" + raw).decode()
+
+    nb = nbformat.v4.new_notebook()
+    wide, narrow, stale = (nbformat.v4.new_code_cell("", execution_count=1) for _ in range(3))
+    wide.outputs = [nbformat.v4.new_output("display_data", data={"image/png": png(1055)})]
+    narrow.outputs = [nbformat.v4.new_output("display_data", data={"image/png": png(600)})]
+    narrow.metadata["tags"] = ["full-width", "hide-input"]
+    stale.metadata["tags"] = ["full-width"]
+    nb.cells = [wide, narrow, stale]
+    path = tmp_path / "figures.ipynb"
+    nbformat.write(nb, path)
+    run_notebooks.clean(path)
+    cells = nbformat.read(path, as_version=4).cells
+    assert [c.metadata.get("tags", []) for c in cells] == [["full-width"], ["hide-input"], []]
+    assert [run_notebooks.figure_width(c) for c in cells] == [1055, 600, 0]
