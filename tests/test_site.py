@@ -58,6 +58,12 @@ VIEWPORTS = {
     "phone": {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True},
 }
 ALLOWED_SCHEMES = {"file", "data", "blob", "about"}
+# A display equation wider than a phone's column scrolls inside its own box. A few pixels are
+# MathJax's margins; more means a line the reader has to swipe to finish.
+PHONE_EQUATION_SCROLL = 16    # px, at the phone viewport (390 px)
+# Keys' kernel needs `w(u) = `, its cubic and a condition side by side: about 420 px in any
+# layout with the conditions beside the cases (a column of about 360 px), so it alone may scroll.
+WIDE_EQUATIONS = {"notebooks/13_vit": {"equation-eq-bicubic"}}
 RAW_TEX = ["$$", "\\[", "\\(", "\\begin{", "\\frac"]
 
 
@@ -321,6 +327,13 @@ INSPECT = r"""
     });
   }
 
+  // Display equations that scroll sideways inside their box, and by how much.
+  out.wideMath = [...document.querySelectorAll('div.math')].map(m => {
+    const c = m.querySelector('mjx-container');
+    return c ? [m.id || describe(m), c.scrollWidth - c.clientWidth,
+                c.textContent.replace(/\s+/g, ' ').slice(0, 50)] : null;
+  }).filter(x => x && x[1] > 0);
+
   // Last, since it hides code for a moment: the visible text outside code blocks.
   const style = document.createElement('style');
   style.textContent = 'pre, code, .highlight { display: none !important; }';
@@ -338,7 +351,7 @@ INSPECT = r"""
 """
 
 
-async def inspect(cdp, url, viewport):
+async def inspect(cdp, url, viewport, equation_scroll=None, wide=frozenset()):
     await cdp.send("Emulation.setDeviceMetricsOverride", **viewport)
     cdp.events.clear()
     navigation = await cdp.send("Page.navigate", url=url)
@@ -362,6 +375,13 @@ async def inspect(cdp, url, viewport):
         failures.append(f"the page is {found['scrollWidth']}px wide, wider than the {found['width']}px window "
                         f"(innerWidth {found['innerWidth']}); sticking out: "
                         + ("; ".join(found["overflowing"]) or "(no element found)"))
+    if equation_scroll is not None:
+        failures += [f"display equation {id_} scrolls {dx}px sideways (limit {equation_scroll}px): {text}"
+                     for id_, dx, text in found["wideMath"]
+                     if dx > equation_scroll and id_ not in wide]
+        scrolling = {id_ for id_, dx, _ in found["wideMath"] if dx > equation_scroll}
+        failures += [f"{id_} is in WIDE_EQUATIONS but scrolls no more than {equation_scroll}px "
+                     "now: take it off the list" for id_ in sorted(wide - scrolling)]
     offsite = sorted({u for u in requests if u.split(":", 1)[0].lower() not in ALLOWED_SCHEMES})
     failures += [f"request to another host: {u}" for u in offsite]
     return failures
@@ -373,7 +393,9 @@ def test_page_renders_for_a_reader(browser, site, page, width):
     viewport = VIEWPORTS[width]
     html = site / f"{page}.html"
     assert html.is_file(), f"{page} is in _toc.yml but the build made no {html.relative_to(site)}"
-    failures = browser.run(inspect(browser.cdp, html.as_uri(), viewport))
+    limit = PHONE_EQUATION_SCROLL if width == "phone" else None
+    failures = browser.run(inspect(browser.cdp, html.as_uri(), viewport, equation_scroll=limit,
+                                   wide=WIDE_EQUATIONS.get(page, set())))
     if failures:
         pytest.fail(f"{page}.html at {width} width ({viewport['width']}x{viewport['height']}):\n  - "
                     + "\n  - ".join(failures), pytrace=False)
