@@ -237,3 +237,28 @@ def test_auto_resolves_to_full_where_cuda_is_available(monkeypatch):
     assert resolve("auto") == "full" and resolve("paper") == "paper"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve("auto") == "ci"
+
+
+# A page that shows another tier shows the deciding tier's verdict of each claim beside its own, and its
+# key result names every claim on which the two differ
+def test_a_page_of_another_tier_shows_the_deciding_verdicts(tmp_path):
+    from posenc.runs.profiles import DECIDING, disagreements
+    assert DECIDING == "paper"
+    posenc.save_claim("03_z", "paper", "a holds", "m", True, results_dir=tmp_path, seeds=5)
+    posenc.save_claim("03_z", "paper", "b holds", "m", "not resolved", results_dir=tmp_path, seeds=5)
+    posenc.save_claim("03_z", "full", "a holds", "m", "contradicted", results_dir=tmp_path, seeds=3)
+    posenc.save_claim("03_z", "full", "b holds", "m", "not resolved", results_dir=tmp_path, seeds=3)
+    posenc.save_claim("03_z", "full", "c holds", "m", True, results_dir=tmp_path, seeds=3)
+    t = posenc.chapter_claims("03_z", "full", results_dir=tmp_path)
+    assert [(r["verdict"], r["at paper"]) for r in t] == [
+        ("contradicted", "reproduced"), ("not resolved", "not resolved"), ("reproduced", "not tested")]
+    assert list(t[0]) == ["verdict", "at paper", "claim", "measured"]
+    said = disagreements("03_z", "full", results_dir=tmp_path)
+    assert said.count("\u201c") == 1 and "\u201ca holds\u201d is contradicted at `full` and reproduced at `paper` (5 seeds)" in said
+    assert said.startswith("The `paper` tier") and "differs on 1 claim:" in said
+    # the deciding tier itself, and a chapter without paper claims, add nothing
+    assert list(posenc.chapter_claims("03_z", "paper", results_dir=tmp_path)[0]) == ["verdict", "claim", "measured"]
+    assert disagreements("03_z", "paper", results_dir=tmp_path) == ""
+    posenc.save_claim("04_w", "full", "a holds", "m", True, results_dir=tmp_path, seeds=3)
+    assert list(posenc.chapter_claims("04_w", "full", results_dir=tmp_path)[0]) == ["verdict", "claim", "measured"]
+    assert disagreements("04_w", "full", results_dir=tmp_path) == ""

@@ -219,6 +219,10 @@ class Runs:
     def key_result(self, *sentences: str, name: str = "key_result", paper: tuple = ()):
         """The chapter's key result: its sentences and `status()`, glued as Markdown under `name`.
 
+        When this tier is not the one that decides the book's claims, a sentence after the chapter's own
+        names each claim whose verdict differs there (`posenc.runs.profiles.disagreements`), so the box at
+        the top of the page never gives a verdict the deciding tier overturns without saying so.
+
         `paper` names, in words (e.g. "the LM of every scheme (173 runs on CPU, seeds 0, 1, 2, 3, 4)"),
         the paper-tier records that sentences of a chapter whose own runs are `ci` also quote, so the
         note under the box does not give the `ci` runs as the source of every number. A chapter calls
@@ -230,6 +234,9 @@ class Runs:
             raise ValueError("sentences must be one or more non-empty strings")
         if isinstance(paper, str) or not all(isinstance(p, str) and p.strip() for p in paper):
             raise TypeError("paper must be a tuple of non-empty strings (one per paper-tier source)")
+        from .profiles import disagreements
+        differ = disagreements(self.name, self.profile)
+        sentences = sentences + ((differ,) if differ else ())
         note = self.status() + (f" The sentences on the paper tier read the CPU `paper` profile: "
                                 f"{'; '.join(paper)}." if paper else "")
         text = KeyResult(" ".join(s.strip() for s in sentences) + "\n\n*" + note + "*")

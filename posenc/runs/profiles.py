@@ -224,10 +224,50 @@ def load_claims(profile: str, results_dir: str | Path | None = None) -> list[dic
             for claim, rec in _read_claims(f).items()]
 
 
+#: The tier at which the book decides its claims (design.md, "Runs as data"): the CPU scale, with the
+#: most seeds and tuned rates. A page that shows another tier shows this one's verdicts beside its own.
+DECIDING = "paper"
+
+
 def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = None) -> Table:
     """The claims `chapter` recorded for `profile`, as a table (verdict, claim, measured): what the chapter
-    shows after recording them, and what the comparison chapter's claims table collects."""
+    shows after recording them, and what the comparison chapter's claims table collects.
+
+    When `profile` is not the deciding tier (`DECIDING`) and that tier's claims of the chapter are stored,
+    a column `at paper` beside the verdict gives each claim's verdict there ("not tested" where that tier
+    does not test the claim): a page that shows its GPU or quick runs never hides the verdict that decides.
+    """
     from ..table import Table
     path = _claims_path(profile, chapter, results_dir)
     claims = _read_claims(path) if path.exists() else {}
-    return Table({"verdict": r["verdict"], "claim": c, "measured": r["measured"]} for c, r in claims.items())
+    deciding = deciding_verdicts(chapter, profile, results_dir)
+    column = f"at {DECIDING}"
+    return Table({"verdict": r["verdict"],
+                  **({column: deciding.get(c, {}).get("verdict", "not tested")} if deciding else {}),
+                  "claim": c, "measured": r["measured"]} for c, r in claims.items())
+
+
+def deciding_verdicts(chapter: str, profile: str, results_dir: str | Path | None = None) -> dict:
+    """{claim: record} of `chapter` at the deciding tier, or {} when `profile` is that tier or it holds
+    none of the chapter's claims."""
+    if profile == DECIDING:
+        return {}
+    path = _claims_path(DECIDING, chapter, results_dir)
+    return _read_claims(path) if path.exists() else {}
+
+
+def disagreements(chapter: str, profile: str, results_dir: str | Path | None = None) -> str:
+    """One sentence naming the claims whose verdict at `profile` differs from the deciding tier's, with
+    that tier's verdict and seeds; "" when none does (or `profile` is the deciding tier)."""
+    deciding = deciding_verdicts(chapter, profile, results_dir)
+    path = _claims_path(profile, chapter, results_dir)
+    shown = _read_claims(path) if deciding and path.exists() else {}
+    differ = [(c, r["verdict"], deciding[c]) for c, r in shown.items()
+              if c in deciding and deciding[c]["verdict"] != r["verdict"]]
+    if not differ:
+        return ""
+    seeds = lambda rec: f" ({rec['seeds']} seeds)" if isinstance(rec.get("seeds"), int) else ""
+    parts = [f"\u201c{c}\u201d is {mine} at `{profile}` and {rec['verdict']} at `{DECIDING}`{seeds(rec)}"
+             for c, mine, rec in differ]
+    return (f"The `{DECIDING}` tier, which decides the book's verdicts, differs on {len(differ)} "
+            f"claim{'s' if len(differ) != 1 else ''}: " + "; ".join(parts) + ".")
