@@ -69,6 +69,8 @@ class Attention(nn.Module):
         super().__init__()
         check_sizes(d_model=d_model, n_heads=n_heads)
         check_dropout(dropout)
+        if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+            raise ValueError(f"layer must be an int >= 0 (which block of the model this is); got {layer!r}")
         self.n_heads, self.layer, self.dropout = n_heads, layer, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
@@ -86,6 +88,7 @@ class Attention(nn.Module):
         mask (`merge_mask`), and the caller's stays as given: it can serve
         another scheme or the next step."""
         if not ctx.ready:
+            _check_hand_built(self.layer, x, scheme, ctx, memory, kv)
             ctx = _filled(scheme, ctx, memory)
         B, T, D = x.shape
         # a RoPE for other heads rotates part of each
@@ -149,6 +152,37 @@ class Attention(nn.Module):
                 is_causal=causal_only, scale=scale), None
         y = y.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.out(y), probs
+
+
+#: The hooks a scheme applies outside attention, to the residual stream (`Scheme.HOOKS`).
+INPUT_HOOKS = ("embed", "layer_input")
+
+
+def _check_hand_built(layer: int, x, scheme: Scheme, ctx: PositionContext, memory, kv) -> None:
+    """What a context built by hand must agree on with the layer's input and its scheme (a model's own
+    context, `Transformer.context`, agrees by construction): a ValueError or TypeError naming the argument,
+    where a mismatch would otherwise give a silent wrong answer or fail deep inside a kernel."""
+    if not isinstance(scheme, Scheme):
+        raise TypeError(f"scheme must be a posenc Scheme; got {type(scheme).__name__}")
+    if not isinstance(x, Tensor) or x.dim() != 3:
+        raise ValueError(f"x must be a [batch, seq, d_model] tensor; got "
+                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+    hooks = scheme.overridden_hooks()
+    if hooks and set(hooks) <= set(INPUT_HOOKS + ("prepare",)) and not scheme.decoder_passes:
+        raise ValueError(f"{type(scheme).__name__} adds position to the layer's input "
+                         f"({', '.join(h for h in hooks if h in INPUT_HOOKS)}), not inside attention: in one "
+                         f"Attention layer it would be position-free, the same as NoPE. Apply its "
+                         f"`embed`/`layer_input` to x yourself and give this layer posenc.SCHEMES['nope'], or "
+                         f"build a whole model with posenc.build_model")
+    if ctx.causal != scheme.causal:
+        raise ValueError(f"ctx.causal={ctx.causal} but the scheme was built with causal={scheme.causal}: its "
+                         f"tables and biases assume the other masking")
+    if layer >= scheme.n_layers:
+        raise ValueError(f"layer={layer} but the scheme has per-layer parameters for n_layers={scheme.n_layers} "
+                         f"(layers 0 to {scheme.n_layers - 1})")
+    if memory is None and kv is None and ctx.seq_len != x.shape[1]:
+        raise ValueError(f"ctx.positions has {ctx.seq_len} positions but x has {x.shape[1]} tokens: one "
+                         f"position per token")
 
 
 def _filled(scheme: Scheme, ctx: PositionContext, memory) -> PositionContext:
@@ -253,7 +287,16 @@ def explicit_attention(q, k, v, mask, scale, is_causal=False, dropout_p=0.0):
 
 
 def causal_mask(q_len: int, k_len: int, device=None) -> Tensor:
-    """Float mask (q_len, k_len): 0 where key j <= query i (right-aligned), -inf after."""
+    """Float mask (q_len, k_len): 0 where key j <= query i (right-aligned), -inf after.
+
+    The queries are the last q_len of the k_len keys' positions, so q_len <= k_len (more queries would
+    leave the first ones no key to attend to, and softmax over a row of -inf has no value)."""
+    for arg, value in (("q_len", q_len), ("k_len", k_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{arg} must be an int >= 0; got {value!r}")
+    if q_len > k_len:
+        raise ValueError(f"q_len={q_len} > k_len={k_len}: the first {q_len - k_len} queries would have no key "
+                         f"(the queries are the last q_len positions of the keys)")
     i = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
     j = torch.arange(k_len, device=device)[None, :]
     return torch.zeros(q_len, k_len, device=device).masked_fill(j > i, float("-inf"))

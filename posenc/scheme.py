@@ -130,6 +130,14 @@ class PositionContext:
     ready: bool = False  #: tables and attn_mask filled (`Transformer.context`, `posenc.attention.merge_mask`)
     _read: tuple | None = field(default=None, repr=False, compare=False)  # (start, minmax): one read of the tensor
 
+    def __post_init__(self):
+        if not isinstance(self.positions, Tensor) or self.positions.dim() != 1:
+            shape = tuple(self.positions.shape) if isinstance(self.positions, Tensor) else type(self.positions).__name__
+            raise TypeError(f"positions must be a 1-D tensor, one position per token (torch.arange(n)); got {shape}")
+        for name in ("causal", "has_cls", "ready"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}")
+
     @property
     def seq_len(self) -> int:
         return self.positions.shape[0]

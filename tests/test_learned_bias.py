@@ -112,6 +112,19 @@ def test_fire_bias_equals_its_formula():
             torch.testing.assert_close(bias[:, i, j], mlp(torch.tensor([[x]]))[0])
 
 
+def test_fire_bias_names_a_bad_c_or_threshold():
+    """A string c failed inside torch ("new(): invalid data type 'str'"); it is named now, as a zero one was."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(1, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    pos = torch.arange(6)
+    for bad, kind in (("0.1", TypeError), (None, TypeError), (True, TypeError), (0.0, ValueError),
+                      (-1.0, ValueError), (float("inf"), ValueError)):
+        with pytest.raises(kind, match="c must be a positive"):
+            fire_bias(pos, mlp, bad, 8.0)
+        with pytest.raises(kind, match="threshold must be a positive"):
+            fire_bias(pos, mlp, 0.3, bad)
+    assert fire_bias(pos, mlp, torch.tensor(0.3), 8).shape == (2, 6, 6)
+
+
 def test_fire_normaliser_depends_on_the_query_position_only_past_the_threshold():
     scheme = _fire(init_threshold=4.0)
     with torch.no_grad():

@@ -56,6 +56,10 @@ def test_attention_on_a_context_built_by_hand_equals_the_models(scheme, causal):
     torch.manual_seed(0)
     model = small_model(scheme, causal)
     attn, x = model.blocks[0].attn, torch.randn(2, 12, 32)
+    if scheme in INPUT_ONLY:       # nothing inside attention: alone, the layer would silently be NoPE's
+        with pytest.raises(ValueError, match="adds position to the layer's input.*same as NoPE"):
+            attn(x, model.scheme, PositionContext(torch.arange(12), causal))
+        return
     expected = attn(x, model.scheme, model.context(12, None, "cpu"))[0]
     by_hand = attn(x, model.scheme, PositionContext(torch.arange(12), causal))[0]
     torch.testing.assert_close(by_hand, expected)
@@ -64,6 +68,54 @@ def test_attention_on_a_context_built_by_hand_equals_the_models(scheme, causal):
         later[:, -1] += 1.0
         changed = attn(later, model.scheme, PositionContext(torch.arange(12), causal))[0]
         torch.testing.assert_close(changed[:, :-1], by_hand[:, :-1])
+
+
+#: The schemes whose every hook acts on the residual stream: one `Attention` layer cannot apply them.
+INPUT_ONLY = {"learned", "sinusoidal", "floater", "multiplicative", "complex", "rnn"}
+
+
+def test_the_input_only_schemes_are_those_with_no_hook_inside_attention():
+    from posenc.attention import INPUT_HOOKS
+    found = {name for name, cls in posenc.SCHEMES.items()
+             if cls.overridden_hooks() and set(cls.overridden_hooks()) <= {"prepare", *INPUT_HOOKS}
+             and not cls.decoder_passes}
+    assert found == INPUT_ONLY
+
+
+def test_attention_refuses_a_hand_built_context_that_disagrees_with_its_input_or_scheme():
+    """Each mismatch a hand-built context can carry is an error naming it, not a wrong answer or a traceback
+    from inside a kernel: positions per token, the masking the scheme was built for, the layer index."""
+    torch.manual_seed(0)
+    kerple = small_model("kerple", causal=True)                 # 2 layers, d_model 32
+    attn, x = kerple.blocks[0].attn, torch.randn(2, 12, 32)
+    with pytest.raises(ValueError, match="ctx.positions has 10 positions but x has 12 tokens"):
+        attn(x, kerple.scheme, PositionContext(torch.arange(10), causal=True))
+    with pytest.raises(ValueError, match="ctx.causal=False but the scheme was built with causal=True"):
+        attn(x, kerple.scheme, PositionContext(torch.arange(12), causal=False))
+    with pytest.raises(ValueError, match="layer=5 but the scheme has per-layer parameters for n_layers=2"):
+        posenc.Attention(32, 4, layer=5)(x, kerple.scheme, PositionContext(torch.arange(12), causal=True))
+    with pytest.raises(ValueError, match="x must be a \\[batch, seq, d_model\\] tensor"):
+        attn(x[0], kerple.scheme, PositionContext(torch.arange(12), causal=True))
+    for bad in (-1, 0.5, True, "0"):
+        with pytest.raises(ValueError, match="layer must be an int >= 0"):
+            posenc.Attention(32, 4, layer=bad)
+    with pytest.raises(TypeError, match="positions must be a 1-D tensor"):
+        PositionContext([0, 1, 2], causal=True)
+    with pytest.raises(TypeError, match="positions must be a 1-D tensor"):
+        PositionContext(torch.zeros(2, 3), causal=True)
+    for bad in (None, "yes", 1):
+        with pytest.raises(TypeError, match="causal must be True or False"):
+            PositionContext(torch.arange(3), causal=bad)
+
+
+def test_causal_mask_refuses_sizes_that_leave_a_query_without_keys():
+    m = causal_mask(2, 4)
+    assert m.tolist() == [[0, 0, 0, float("-inf")], [0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="q_len=5 > k_len=3"):
+        causal_mask(5, 3)
+    for args, name in (((-1, 3), "q_len"), ((3.0, 3), "q_len"), ((2, "3"), "k_len")):
+        with pytest.raises(ValueError, match=f"{name} must be an int >= 0"):
+            causal_mask(*args)
 
 
 def test_a_hand_built_context_is_left_as_given_and_serves_again():

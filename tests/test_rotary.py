@@ -381,3 +381,9 @@ def test_a_cached_table_follows_the_settings_it_was_built_with():
         model.scheme.clear_cache()
         torch.testing.assert_close(changed, model(tokens))           # what a fresh table gives
         assert not torch.allclose(changed, first), (scheme, attr)
+
+
+def test_a_factor_inside_scaling_params_is_refused_with_where_it_goes():
+    """transformers' rope_parameters hold the factor; posenc takes it as its own argument, and says so."""
+    with pytest.raises(ValueError, match=r"give the factor as factor=4.0, not inside scaling_params"):
+        posenc.build_model("rope", 32, causal=True, scaling="linear", scaling_params={"factor": 4.0})

@@ -91,6 +91,10 @@ def test_bad_specs_are_refused_naming_the_field(bad, match):
 def test_ensure_refuses_a_store_that_is_not_a_store(tmp_path):
     with pytest.raises(TypeError, match="store must be a posenc.runs.Store"):
         ensure([tiny()], store=str(tmp_path))
+    # a profile that names another tier than the store's is an error, not a run recorded under the store's tier
+    with pytest.raises(ValueError, match="profile='paper' but store is Store\\('ci'"):
+        ensure([tiny()], profile="paper", store=Store("ci", tmp_path))
+    assert not (tmp_path / "ci").exists() and not (tmp_path / "paper").exists()
 
 
 def test_store_round_trip_is_atomic_and_a_corrupt_record_is_reported_and_rerun(tmp_path):
@@ -767,11 +771,19 @@ def test_the_runner_refuses_a_device_by_name_before_running_anything(tmp_path, m
 
 
 def test_pick_device():
-    from posenc.runs.train import pick_device
+    from posenc.runs.train import TrainConfig, pick_device
     assert pick_device("cpu") == torch.device("cpu")
     assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="got 'tpu0'"):
         pick_device("tpu0")
+    # devices torch knows but `train` does not run on, and names that are not strings: the same error, and at
+    # TrainConfig, before any run
+    for bad in ("xpu", "meta", "mps", "gpu", 0, None):
+        with pytest.raises(ValueError, match=f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {bad!r}"):
+            pick_device(bad)
+        with pytest.raises(ValueError, match=f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {bad!r}"):
+            TrainConfig(device=bad)
+    assert TrainConfig(device="cuda:1").device == "cuda:1"           # a name is checked, not the machine
 
 
 def test_the_repository_ships_the_weights_of_every_stored_run_that_keeps_them():

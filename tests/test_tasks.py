@@ -362,3 +362,20 @@ def test_position_labels_each_item_with_its_index(causal):
     x, y = SyntheticTask("position").batch(4, n, gen(), causal=causal)
     assert (y[:, 0] == IGNORE).all()
     assert torch.equal(y[:, 1:], (N_SPECIAL + torch.arange(n)).expand(4, n))
+
+
+def test_a_bad_count_to_a_task_is_an_error_naming_it():
+    """batch_size 0 stacked an empty list, a negative one gave a negative-dimension error, a float one failed in
+    randint; evaluate's length and batch_size failed in a slice or a split. Each now names its argument."""
+    corpus, synthetic = CharCorpus(stdlib_text()[:20000], train_length=16), SyntheticTask("copy", train_length=8)
+    model, g = small_model("nope", causal=True, vocab=corpus.vocab_size), torch.Generator().manual_seed(0)
+    for task in (corpus, synthetic):
+        for bad in (0, -1, 4.0, True):
+            with pytest.raises(ValueError, match=f"batch_size must be a positive int; got {bad!r}"):
+                task.train_batch(bad, g, True)
+    with pytest.raises(ValueError, match="batch_size must be a positive int; got 0"):
+        corpus.evaluate(model, 16, batch_size=0)
+    with pytest.raises(ValueError, match="length must be a positive int; got 16.0"):
+        corpus.evaluate(model, 16.0)
+    with pytest.raises(ValueError, match="n_samples must be a positive int; got 0"):
+        synthetic.evaluate(model, 8, n_samples=0)

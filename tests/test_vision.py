@@ -369,6 +369,16 @@ def test_a_vit_refuses_a_scheme_built_for_another_model_and_patchify_a_bad_patch
 
 
 @pytest.mark.parametrize("stem", ["patch", "cnn"])
+def test_images_with_other_channels_than_the_stem_are_refused_by_name(stem):
+    """Three-channel images to a one-channel stem failed inside the convolution ("expected input ... to have 1
+    channels"); the model names its in_channels."""
+    model = V.build_vit("rope2d", image_size=8, patch_size=2, num_classes=3, stem=stem)
+    with pytest.raises(ValueError, match="images have 3 channels but the model was built for in_channels=1"):
+        model(torch.randn(2, 3, 8, 8))
+    assert model(torch.randn(2, 1, 8, 8)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("stem", ["patch", "cnn"])
 def test_images_of_another_dtype_than_the_model_are_refused_by_name(stem):
     """numpy's float64 images met float32 weights in the convolution: "Input type (double) and bias type
     (float) should be the same". Under autocast the convolution casts half-precision images, not float64."""

@@ -26,7 +26,7 @@ def missing(specs, profile: str = "ci", *, store: Store | None = None) -> list[R
     return [s for s in _unique(specs) if store.get(s) is None]
 
 
-def ensure(specs, profile: str = "ci", *, store: Store | None = None, load_only: bool = False,
+def ensure(specs, profile: str | None = None, *, store: Store | None = None, load_only: bool = False,
            workers: int | None = None, device: str = "auto", progress: bool = True) -> list[Record]:
     """The records of `specs` (in order), running the missing ones first.
 
@@ -35,8 +35,10 @@ def ensure(specs, profile: str = "ci", *, store: Store | None = None, load_only:
 
     Args:
         specs: a list of `RunSpec` (a spec listed twice is run once).
-        profile: the store's tier, "ci", "paper" or "full" (`results/<profile>/runs/`).
-        store: another `Store` (e.g. one in a temporary folder) instead of the profile's.
+        profile: the store's tier, "ci", "paper" or "full" (`results/<profile>/runs/`); by default
+            `store`'s tier, else "ci".
+        store: another `Store` (e.g. one in a temporary folder) instead of the profile's; its tier must
+            be `profile` when both are given.
         load_only: raise LookupError instead of running what is missing.
         workers: processes for the missing runs (default `default_workers`: one per core on the CPU,
             ten per GPU but never more than the cores; in this process when one run is missing).
@@ -48,7 +50,9 @@ def ensure(specs, profile: str = "ci", *, store: Store | None = None, load_only:
                         f"got {type(store).__name__}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be a positive int or None (one per core); got {workers!r}")
-    store = store or Store(profile)
+    if store is not None and profile is not None and profile != store.profile:
+        raise ValueError(f"profile={profile!r} but store is {store!r}: give one of them, or the same tier")
+    store = store or Store(profile or "ci")
     specs = list(specs)
     todo = missing(specs, store=store)
     if todo and load_only:

@@ -313,6 +313,8 @@ def run_specs(specs, store: Store, *, workers: int = 1, device: str = "auto", de
     died = sorted({code for p in procs if p.pid not in killed and (code := p.exitcode)})    # joined: each is set
     if left and died and ended_early:                     # not the deadline: every worker had stopped
         failed.update({key: f"its worker process died (exit code {', '.join(map(str, died))}): out of memory, "
-                            "or a crash" for key in left})
+                            "or a crash; its error is on stderr. Exit code 1 at once is often a script with "
+                            "no `if __name__ == \"__main__\":` guard, which each spawned worker imports again"
+                            for key in left})
         left = []
     return {"done": done, "failed": failed, "deferred": deferred, "abandoned": left}

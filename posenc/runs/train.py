@@ -97,6 +97,8 @@ class TrainConfig:
                     or value < low or value > high or (open_low and value == low):
                 bound = f"{'>' if open_low else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
                 raise ValueError(f"{name} must be a finite number {bound}; got {value!r}")
+        if self.device != "auto":
+            device_named(self.device)                  # the name only: a GPU may be on the machine that trains
         if self.amp not in ("auto", "bf16", "fp16", "off"):
             raise ValueError(f"amp must be 'auto', 'bf16', 'fp16' or 'off'; got {self.amp!r}")
         m = self.random_positions
@@ -117,15 +119,24 @@ class TrainResult:
     graph_error: str | None = None                #: why the step could not be captured, the run then eager
 
 
+def device_named(device) -> torch.device:
+    """The torch.device a name gives: "cpu", "cuda" or "cuda:N" (the devices `train` runs on); a ValueError
+    naming `device` for anything else ("gpu", "xpu", "meta", a number)."""
+    try:
+        dev = torch.device(device) if isinstance(device, str) else None
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {device!r}")
+    return dev
+
+
 def pick_device(device: str = "auto") -> torch.device:
     """"auto" -> CUDA where there is a GPU, else the CPU; any other name as torch.device parses it.
     ValueError, naming `device`, for a name torch does not know or a GPU this machine lacks."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from err
+    dev = device_named(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r}, but this machine has no CUDA device (torch {torch.__version__})")
     return dev

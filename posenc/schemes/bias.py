@@ -39,7 +39,14 @@ from .alibi import alibi_slopes  # noqa: F401  (contract: `posenc.bias.alibi_slo
 def t5_bucket(relative_position: Tensor, bidirectional: bool = True,
               num_buckets: int = 32, max_distance: int = 128) -> Tensor:
     """T5's bucket id (long, same shape) of each
-    relative_position = key_pos - query_pos (contract)."""
+    relative_position = key_pos - query_pos (contract).
+
+    With N' = num_buckets / 2 per sign (bidirectional; ids of keys after the
+    query offset by N') or N' = num_buckets (causal, n = query - key >= 0),
+    m = N' / 2 and D = max_distance, distance n goes to
+
+        n                                                  if n < m,
+        min(N' - 1, m + floor(ln(n/m) / ln(D/m) (N' - m)))  otherwise."""
     if (not isinstance(relative_position, Tensor)
             or relative_position.is_floating_point()
             or relative_position.is_complex()
@@ -80,7 +87,12 @@ def t5_bucket(relative_position: Tensor, bidirectional: bool = True,
 @register("t5")
 class T5Bias(Scheme):
     """One learned scalar per (head, bucket), shared by all layers, added to
-    the scaled logits.
+    the scaled logits:
+
+        a_hij = q_i . k_j / sqrt(d_h) + b_h[bucket(j - i)]
+
+    with `t5_bucket`'s map (exact distances below N'/2, log-spaced ones
+    up to D).
 
     Args:
         num_buckets: the bucket map's N (T5: 32).

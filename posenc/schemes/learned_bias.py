@@ -135,6 +135,11 @@ def fire_bias(positions: Tensor, mlp: Callable[[Tensor], Tensor], c: float | Ten
     if not callable(mlp):
         raise TypeError(f"mlp must be callable ([..., 1] -> [..., heads]); "
                         f"got {type(mlp).__name__}")
+    for arg, value in (("c", c), ("threshold", threshold)):
+        if isinstance(value, bool) or not isinstance(
+                value, (int, float, Tensor)):
+            raise TypeError(f"{arg} must be a positive number or a 0-d "
+                            f"tensor; got {value!r}")
     c, threshold = (
         torch.as_tensor(v, dtype=torch.float32, device=positions.device)
         for v in (c, threshold))

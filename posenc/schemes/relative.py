@@ -114,7 +114,11 @@ def spread_relative(probs: Tensor, ids: Tensor, n_ids: int) -> Tensor:
 @register("shaw")
 class Shaw(Scheme):
     """Learned relative embeddings on keys and values, clipped at
-    `max_distance` (k).
+    `max_distance` (k):
+
+        e_ij = q_i (k_j + a^K_ij)^T / sqrt(d_h),
+        z_i = sum_j softmax_j(e_ij) (v_j + a^V_ij),
+        a^K_ij = w^K[clip(j - i, -k, k)],  a^V_ij = w^V[clip(j - i, -k, k)].
 
     Args:
         max_distance: k; distances beyond +-k share the edge embedding
@@ -179,7 +183,13 @@ class Shaw(Scheme):
 @register("xl")
 class TransformerXL(Scheme):
     """Transformer-XL's relative attention: sinusoidal R_{i-j}, W_{k,R} per
-    layer, global u, v.
+    layer, global u, v:
+
+        A_ij = q_i W_{k,E} x_j + q_i W_{k,R} R_{i-j}
+               + u W_{k,E} x_j + v W_{k,R} R_{i-j}
+
+    (terms (a) to (d) of Dai et al.'s A^rel, scaled by 1/sqrt(d_h) before
+    the softmax).
 
     Args:
         untie_uv: one (u, v) per layer (XLNet) instead of one for all layers

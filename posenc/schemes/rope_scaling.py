@@ -56,6 +56,17 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
                   **params: Any) -> tuple[Tensor, float]:
     """(inv_freq [rotated dim / 2], attention_factor) of RoPE under the scaling `rope_type`.
 
+    omega_i = base^(-2i/dim) by default; with s = factor and L = original_max_position_embeddings
+    (the module docstring gives each in full):
+
+        linear    omega_i / s
+        dynamic   base' = base * (s n / L - (s - 1))^(dim / (dim - 2)),  n = max(seq_len, L)
+        yarn      omega_i for many turns in L, omega_i / s for few, a linear ramp between;
+                  attention_factor = 0.1 ln s + 1
+        llama3    omega_i where lambda_i < L / high_freq_factor, omega_i / s where
+                  lambda_i > L / low_freq_factor, a smooth mix between
+        longrope  omega_i / r_i (short_factor up to L, long_factor beyond)
+
     Args:
         dim: the head dimension.
         base: theta_i = base^(-2i/dim) before scaling.

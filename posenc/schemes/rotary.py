@@ -424,6 +424,9 @@ class RoPE(Scheme):
         self._cache: dict = {}
         if scaling_params is not None and not isinstance(scaling_params, dict):
             raise TypeError(f"scaling_params must be a dict of rope parameters or None; got {scaling_params!r}")
+        if scaling_params and "factor" in scaling_params:    # transformers keeps it there; posenc does not
+            raise ValueError(f"give the factor as factor={scaling_params['factor']!r}, not inside "
+                             f"scaling_params (which holds a rope_type's other parameters)")
         self.set_scaling(scaling, factor, **(scaling_params or {}))
 
     def set_scaling(self, scaling: str | None, factor: float = 1.0,

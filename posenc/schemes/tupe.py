@@ -114,7 +114,13 @@ def bert_first_layer_terms(model, ids: Tensor, head: int = 0, *, layer_norm: boo
 
 @register("tupe")
 class TUPE(Scheme):
-    """Untied positional attention; TUPE-A by default, TUPE-R with `relative=True`.
+    """Untied positional attention; TUPE-A by default, TUPE-R with `relative=True`:
+
+        a_ij = (x_i W^Q)(x_j W^K)^T / sqrt(2d)
+               + reset_theta((p_i U^Q)(p_j U^K)^T / sqrt(2d) + b_{j-i})_ij,
+
+    the position term computed once per forward and shared by the layers; b_{j-i} only in TUPE-R;
+    reset_theta puts theta_1 on the row from [CLS] and theta_2 on the column to it.
 
     Args:
         relative: add T5's relative bias b_{j-i} (TUPE-R).

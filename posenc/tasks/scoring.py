@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 
 import torch
 
@@ -24,12 +25,31 @@ def scoring_mode(model):
         model.train(was_training)
 
 
+#: Arguments of a scoring method that count something: each must be a positive int when given.
+COUNTS = ("length", "batch_size", "n_samples", "n_batches")
+
+
+def check_counts(**counts) -> None:
+    """A ValueError naming the first of `counts` (batch_size=..., length=...) that is not a positive int;
+    None is let through (an optional count left at its default)."""
+    for name, value in counts.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive int; got {value!r}")
+
+
 def scoring(method):
     """Decorate a task's scoring method (`evaluate`, `score`, `accuracy`, ...): the model scores in eval mode
     under `torch.no_grad()` and goes back to the mode it had (`scoring_mode`), so a score taken between
-    training steps sees no dropout and the training after it keeps its own."""
+    training steps sees no dropout and the training after it keeps its own. The method's counts (`COUNTS`:
+    length, batch_size, ...) are checked first, so a bad one is an error naming it, not a failure in a slice."""
+    signature = inspect.signature(method)
+    counted = [name for name in COUNTS if name in signature.parameters]
+
     @functools.wraps(method)
     def scored(self, model, *args, **kwargs):
+        if counted:
+            given = signature.bind(self, model, *args, **kwargs).arguments
+            check_counts(**{name: given[name] for name in counted if name in given})
         with scoring_mode(model):
             return method(self, model, *args, **kwargs)
     return scored

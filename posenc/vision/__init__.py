@@ -187,11 +187,15 @@ def check_image_dtype(images: Tensor, weight: Tensor) -> None:
                         f"(convert them: images.to({weight.dtype}))")
 
 
-def check_image_size(images: Tensor, patch_size: int) -> tuple[int, int]:
-    """The patch grid (H/P, W/P) of `images` [batch, channels, H, W], or a ValueError."""
+def check_image_size(images: Tensor, patch_size: int, in_channels: int | None = None) -> tuple[int, int]:
+    """The patch grid (H/P, W/P) of `images` [batch, channels, H, W], or a ValueError (also when the images do
+    not have the `in_channels` channels the stem was built for)."""
     if not isinstance(images, Tensor) or images.dim() != 4:
         got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise ValueError(f"images must be a tensor [batch, channels, height, width]; got {got}")
+    if in_channels is not None and images.shape[1] != in_channels:
+        raise ValueError(f"images have {images.shape[1]} channels but the model was built for "
+                         f"in_channels={in_channels}")
     if isinstance(patch_size, bool) or not isinstance(patch_size, int) or patch_size < 1:
         raise ValueError(f"patch_size must be a positive int; got {patch_size!r}")
     if not images.is_floating_point():
@@ -222,7 +226,7 @@ class PatchEmbed(nn.Module):
         self.proj = nn.Conv2d(in_channels, d_model, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
-        grid = check_image_size(images, self.patch_size)
+        grid = check_image_size(images, self.patch_size, self.proj.in_channels)
         check_image_dtype(images, self.proj.weight)
         return self.proj(images).flatten(2).transpose(1, 2), grid              # (B, h*w, D), (h, w)
 
@@ -237,14 +241,14 @@ class CNNStem(nn.Module):
 
     def __init__(self, in_channels: int, d_model: int, patch_size: int, width: int = 16):
         super().__init__()
-        self.patch_size = patch_size
+        self.patch_size, self.in_channels = patch_size, in_channels
         self.features = nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1), nn.GELU(),
                                       nn.Conv2d(width, width, 3, padding=1), nn.GELU(),
                                       nn.AvgPool2d(patch_size))
         self.proj = nn.Conv2d(width, d_model, kernel_size=1)                   # the 1x1 "patch" projection
 
     def forward(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
-        grid = check_image_size(images, self.patch_size)
+        grid = check_image_size(images, self.patch_size, self.in_channels)
         check_image_dtype(images, self.proj.weight)
         return self.proj(self.features(images)).flatten(2).transpose(1, 2), grid  # (B, h*w, D), (h, w)
 
