@@ -262,3 +262,15 @@ def test_a_page_of_another_tier_shows_the_deciding_verdicts(tmp_path):
     posenc.save_claim("04_w", "full", "a holds", "m", True, results_dir=tmp_path, seeds=3)
     assert list(posenc.chapter_claims("04_w", "full", results_dir=tmp_path)[0]) == ["verdict", "claim", "measured"]
     assert disagreements("04_w", "full", results_dir=tmp_path) == ""
+
+
+# An interval of zero width (every seed at a ceiling, or fixed by construction) says so in the measured text
+def test_measured_says_when_every_seed_gives_the_same_value(tmp_path):
+    same = posenc.record_claim("99_t", "ci", "c", [0.0, 0.0, 0.0], Band(0.02, None), effect="gain",
+                               results_dir=tmp_path)
+    assert same["measured"] == "gain: +0.000 [+0.000, +0.000] over 3 seeds (all 3 the same); band [0.02, inf]"
+    spread = posenc.record_claim("99_t", "ci", "d", [0.0, 0.01, 0.0], Band(0.02, None), effect="gain",
+                                 results_dir=tmp_path)
+    assert "the same" not in spread["measured"]
+    one = posenc.record_claim("99_t", "ci", "e", [0.5], Band(0.02, None), effect="gain", results_dir=tmp_path)
+    assert "the same" not in one["measured"]

@@ -137,7 +137,9 @@ def _read_claims(path: Path) -> dict:
 
 def claim_verdict(values: Effects, band: Band, *, effect: str, fmt: str = "{:+.3f}", unit: str = "seeds") -> dict:
     """design.md's rule on a claim's per-seed effect: `analysis.verdict`'s dict (verdict, mean, interval, band,
-    seeds) plus "measured", the effect's name with its mean, interval, seeds and band written out.
+    seeds) plus "measured", the effect's name with its mean, interval, seeds and band written out. An interval
+    of zero width says so ("over 3 seeds (all 3 the same)"): every seed at a ceiling, a floor or a value the
+    construction fixes, which the interval alone would read as a precise measurement.
 
     values: the effect per seed (a dict {seed: effect} or a list), signed so that the paper's direction is
     the band's side of no effect; band: the `posenc.analysis.Band` named before the runs were read.
@@ -152,8 +154,10 @@ def claim_verdict(values: Effects, band: Band, *, effect: str, fmt: str = "{:+.3
         out["measured"] = f"{effect}: no {'seed' if unit == 'seeds' else unit} to measure; band {out['band']}"
         return out
     lo, hi = out["interval"]
+    # every replicate the same: a ceiling, a floor or a value fixed by construction, not a spread that is small
+    same = f" (all {out['seeds']} the same)" if out["seeds"] > 1 and lo == hi else ""
     out["measured"] = (f"{effect}: {written(out['mean'], fmt)} [{written(lo, fmt)}, {written(hi, fmt)}] over "
-                       f"{out['seeds']} {unit}; band {out['band']}")
+                       f"{out['seeds']} {unit}{same}; band {out['band']}")
     return out
 
 
