@@ -42,6 +42,13 @@ def test_a_length_beyond_the_range_is_refused():
         random_positions(9, 8, torch.Generator())
     with pytest.raises(TypeError, match="max_position"):
         random_positions(3, 8.0, torch.Generator())
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        random_positions(5, 10, 3)                      # a seed where the generator goes
+    from posenc.runs.train import RandomPositions
+    for bad in ("a", -1, 1.5):
+        with pytest.raises(ValueError, match="seed must be an int >= 0"):
+            RandomPositions(posenc.build_model("rope", 8, causal=True, d_model=16, n_heads=2, n_layers=1), 10,
+                            seed=bad)
 
 
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-4, ValueError), (2.5, TypeError), ("64", TypeError),

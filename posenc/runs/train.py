@@ -188,6 +188,9 @@ def random_positions(n: int, max_position: int,
     for arg, value in (("n", n), ("max_position", max_position)):
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{arg} must be an int; got {value!r}")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator (seeded: "
+                        f"torch.Generator().manual_seed(s)); got {generator!r}")
     if not 0 <= n <= max_position:
         raise ValueError(
             f"random_positions (max_position) = {max_position} "
@@ -268,6 +271,8 @@ class RandomPositions(torch.nn.Module):
         super().__init__()
         if not isinstance(max_position, int) or isinstance(max_position, bool) or max_position < 1:
             raise ValueError(f"max_position must be a positive int; got {max_position!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0; got {seed!r}")
         self.model, self.max_position, self.causal = model, max_position, model.causal
         self.generator = torch.Generator().manual_seed(seed)
 

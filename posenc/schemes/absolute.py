@@ -51,9 +51,11 @@ def sinusoidal_angles(positions: Tensor, dim: int,
 
 
 def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
-    """The [num_positions, dim] float32 table (contract), interleaved as in Vaswani et al.:
+    """The [num_positions, dim] float32 table, interleaved as in Vaswani et al.::
 
-        PE[p, 2i] = sin(p / base^(2i/dim)),   PE[p, 2i + 1] = cos(p / base^(2i/dim))."""
+        PE[p, 2i] = sin(p / base^(2i/dim)),   PE[p, 2i + 1] = cos(p / base^(2i/dim))
+
+    (contract)."""
     if isinstance(num_positions, bool) or not isinstance(num_positions, int) or num_positions < 0:
         raise ValueError(f"num_positions must be a non-negative int; got {num_positions!r}")
     return sinusoidal_at(torch.arange(num_positions), dim, base)

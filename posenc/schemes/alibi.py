@@ -74,7 +74,7 @@ def alibi_bias(positions: Tensor, slopes: Tensor) -> Tensor:
 @register("alibi")
 class ALiBi(Scheme):
     """Linear biases on the logits, one slope per head, no position vectors
-    at all:
+    at all::
 
         a_hij = q_i . k_j / sqrt(d_h) - m_h |i - j|,
         m_h = 2^(-8h/H), h = 1..H

@@ -43,7 +43,7 @@ def t5_bucket(relative_position: Tensor, bidirectional: bool = True,
 
     With N' = num_buckets / 2 per sign (bidirectional; ids of keys after the
     query offset by N') or N' = num_buckets (causal, n = query - key >= 0),
-    m = N' / 2 and D = max_distance, distance n goes to
+    m = N' / 2 and D = max_distance, distance n goes to::
 
         n                                                  if n < m,
         min(N' - 1, m + floor(ln(n/m) / ln(D/m) (N' - m)))  otherwise."""
@@ -87,7 +87,7 @@ def t5_bucket(relative_position: Tensor, bidirectional: bool = True,
 @register("t5")
 class T5Bias(Scheme):
     """One learned scalar per (head, bucket), shared by all layers, added to
-    the scaled logits:
+    the scaled logits::
 
         a_hij = q_i . k_j / sqrt(d_h) + b_h[bucket(j - i)]
 

@@ -171,7 +171,7 @@ def cope_logits(q: Tensor, k: Tensor, table: Tensor, scale: float,
 # -- the scheme -----------------------------------------------------------------------
 @register("cope")
 class CoPE(Scheme):
-    """Contextual positions counted by sigmoid gates, one embedding table per layer; causal only:
+    """Contextual positions counted by sigmoid gates, one embedding table per layer; causal only::
 
         g_ij = sigmoid(q_i . k_j / sqrt(d_h)),   p_ij = sum_{t=j..i} g_it,
         a_ij = q_i . (k_j + e(p_ij)) / sqrt(d_h),

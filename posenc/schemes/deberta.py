@@ -91,7 +91,7 @@ def relative_index(query_pos: Tensor, key_pos: Tensor, k: int, bucket_size: int 
 
 
 def relative_distance(q_len: int, k_len: int, k: int) -> Tensor:
-    """DeBERTa's delta(i, j) for i < q_len, j < k_len (contract): long [q_len, k_len] in [0, 2k),
+    """DeBERTa's delta(i, j) for i < q_len, j < k_len (contract): long [q_len, k_len] in [0, 2k)::
 
         delta(i, j) = clamp(i - j + k, 0, 2k - 1)
 
@@ -141,7 +141,7 @@ def c2p_p2c_naive(q: Tensor, k: Tensor, q_r: Tensor | None, k_r: Tensor | None, 
 # -- the scheme ----------------------------------------------------------------
 @register("deberta")
 class DeBERTa(Scheme):
-    """Disentangled attention with a layer-shared relative table and the EMD:
+    """Disentangled attention with a layer-shared relative table and the EMD::
 
         A_ij = Q^c_i . K^c_j + Q^c_i . K^r_delta(i,j) + K^c_j . Q^r_delta(j,i),
         H_o = softmax(A / sqrt(3 d_h)) V^c,

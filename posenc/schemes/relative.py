@@ -114,7 +114,7 @@ def spread_relative(probs: Tensor, ids: Tensor, n_ids: int) -> Tensor:
 @register("shaw")
 class Shaw(Scheme):
     """Learned relative embeddings on keys and values, clipped at
-    `max_distance` (k):
+    `max_distance` (k)::
 
         e_ij = q_i (k_j + a^K_ij)^T / sqrt(d_h),
         z_i = sum_j softmax_j(e_ij) (v_j + a^V_ij),
@@ -183,7 +183,7 @@ class Shaw(Scheme):
 @register("xl")
 class TransformerXL(Scheme):
     """Transformer-XL's relative attention: sinusoidal R_{i-j}, W_{k,R} per
-    layer, global u, v:
+    layer, global u, v::
 
         A_ij = q_i W_{k,E} x_j + q_i W_{k,R} R_{i-j}
                + u W_{k,E} x_j + v W_{k,R} R_{i-j}

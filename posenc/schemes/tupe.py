@@ -114,7 +114,7 @@ def bert_first_layer_terms(model, ids: Tensor, head: int = 0, *, layer_norm: boo
 
 @register("tupe")
 class TUPE(Scheme):
-    """Untied positional attention; TUPE-A by default, TUPE-R with `relative=True`:
+    """Untied positional attention; TUPE-A by default, TUPE-R with `relative=True`::
 
         a_ij = (x_i W^Q)(x_j W^K)^T / sqrt(2d)
                + reset_theta((p_i U^Q)(p_j U^K)^T / sqrt(2d) + b_{j-i})_ij,
