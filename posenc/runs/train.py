@@ -189,8 +189,9 @@ def random_positions(n: int, max_position: int,
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{arg} must be an int; got {value!r}")
     if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator (seeded: "
-                        f"torch.Generator().manual_seed(s)); got {generator!r}")
+        raise TypeError(f"generator must be a torch.Generator, e.g. "
+                        f"torch.Generator().manual_seed(0); "
+                        f"got {generator!r}")
     if not 0 <= n <= max_position:
         raise ValueError(
             f"random_positions (max_position) = {max_position} "
