@@ -172,7 +172,8 @@ def _check_hand_built(layer: int, x, scheme: Scheme, ctx: PositionContext, memor
         raise ValueError(f"{type(scheme).__name__} adds position to the layer's input "
                          f"({', '.join(h for h in hooks if h in INPUT_HOOKS)}), not inside attention: in one "
                          f"Attention layer it would be position-free, the same as NoPE. Apply its "
-                         f"`embed`/`layer_input` to x yourself and give this layer posenc.SCHEMES['nope'], or "
+                         f"`embed`/`layer_input` to x yourself and give this layer a NoPE built like it "
+                         f"(posenc.SCHEMES['nope'](d_model=..., n_heads=..., ...)), or "
                          f"build a whole model with posenc.build_model")
     if ctx.causal != scheme.causal:
         raise ValueError(f"ctx.causal={ctx.causal} but the scheme was built with causal={scheme.causal}: its "

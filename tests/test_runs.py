@@ -784,6 +784,8 @@ def test_pick_device():
         with pytest.raises(ValueError, match=f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {bad!r}"):
             TrainConfig(device=bad)
     assert TrainConfig(device="cuda:1").device == "cuda:1"           # a name is checked, not the machine
+    assert pick_device(torch.device("cpu")) == torch.device("cpu")    # a torch.device, as before the check
+    assert TrainConfig(device=torch.device("cpu")).device == torch.device("cpu")
 
 
 def test_the_repository_ships_the_weights_of_every_stored_run_that_keeps_them():

@@ -57,7 +57,7 @@ class TrainConfig:
         grad_clip: the gradients' global norm is clipped to this.
         seed: seeds the model's initialisation and the batches.
         log_every: steps between two points of the loss history (read from the device only then).
-        device: "auto" (CUDA if present, else the CPU), or a torch device string.
+        device: "auto" (CUDA if present, else the CPU), "cpu", "cuda" or "cuda:N" (or that torch.device).
         amp: autocast on a GPU: "auto" (bf16 where the GPU supports it, else fp16), "bf16", "fp16" or
             "off"; the CPU always trains in float32.
         checkpoint_path: where to save a resumable checkpoint (None: no checkpoint).
@@ -120,10 +120,10 @@ class TrainResult:
 
 
 def device_named(device) -> torch.device:
-    """The torch.device a name gives: "cpu", "cuda" or "cuda:N" (the devices `train` runs on); a ValueError
-    naming `device` for anything else ("gpu", "xpu", "meta", a number)."""
+    """The torch.device a name gives: "cpu", "cuda" or "cuda:N", or such a torch.device (the devices `train`
+    runs on); a ValueError naming `device` for anything else ("gpu", "xpu", "meta", "mps", a number)."""
     try:
-        dev = torch.device(device) if isinstance(device, str) else None
+        dev = torch.device(device) if isinstance(device, (str, torch.device)) else None
     except (RuntimeError, TypeError):
         dev = None
     if dev is None or dev.type not in ("cpu", "cuda"):
@@ -132,7 +132,7 @@ def device_named(device) -> torch.device:
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    """"auto" -> CUDA where there is a GPU, else the CPU; any other name as torch.device parses it.
+    """"auto" -> CUDA where there is a GPU, else the CPU; "cpu", "cuda", "cuda:N" or such a torch.device as it is.
     ValueError, naming `device`, for a name torch does not know or a GPU this machine lacks."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

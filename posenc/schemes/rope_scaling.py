@@ -57,7 +57,7 @@ def rope_inv_freq(dim: int, base: float = 10000.0, *, rope_type: str = "default"
     """(inv_freq [rotated dim / 2], attention_factor) of RoPE under the scaling `rope_type`.
 
     omega_i = base^(-2i/dim) by default; with s = factor and L = original_max_position_embeddings
-    (the module docstring gives each in full)::
+    (for "dynamic", max_position_embeddings; the module docstring gives each in full)::
 
         linear    omega_i / s
         dynamic   base' = base * (s n / L - (s - 1))^(dim / (dim - 2)),  n = max(seq_len, L)
