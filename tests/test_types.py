@@ -20,7 +20,7 @@ def test_mypy_finds_the_package_annotations_true():
     A wrong annotation, a None not handled, an attribute no class defines: each is an error a user's
     checker would report."""
     api = pytest.importorskip("mypy.api", reason="mypy is in requirements.txt (pip install mypy)")
-    out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
+    out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(ROOT / ".mypy_cache"),
                                 *(str(ROOT / folder) for folder in ("posenc", "scripts", "benchmarks"))])
     assert status == 0, f"mypy found errors:\n{out}{err}"
     assert "Success: no issues found" in out
