@@ -154,10 +154,6 @@ class Attention(nn.Module):
         return self.out(y), probs
 
 
-#: The hooks a scheme applies outside attention, to the residual stream (`Scheme.HOOKS`).
-INPUT_HOOKS = ("embed", "layer_input")
-
-
 def _check_hand_built(layer: int, x, scheme: Scheme, ctx: PositionContext, memory, kv) -> None:
     """What a context built by hand must agree on with the layer's input and its scheme (a model's own
     context, `Transformer.context`, agrees by construction): a ValueError or TypeError naming the argument,
@@ -167,10 +163,10 @@ def _check_hand_built(layer: int, x, scheme: Scheme, ctx: PositionContext, memor
     if not isinstance(x, Tensor) or x.dim() != 3:
         raise ValueError(f"x must be a [batch, seq, d_model] tensor; got "
                          f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
-    hooks = scheme.overridden_hooks()
-    if hooks and set(hooks) <= set(INPUT_HOOKS + ("prepare",)) and not scheme.decoder_passes:
+    if scheme.input_only():
+        hooks = [h for h in scheme.overridden_hooks() if h != "prepare"]
         raise ValueError(f"{type(scheme).__name__} adds position to the layer's input "
-                         f"({', '.join(h for h in hooks if h in INPUT_HOOKS)}), not inside attention: in one "
+                         f"({', '.join(hooks)}), not inside attention: in one "
                          f"Attention layer it would be position-free, the same as NoPE. Apply its "
                          f"`embed`/`layer_input` to x yourself and give this layer a NoPE built like it "
                          f"(posenc.SCHEMES['nope'](d_model=..., n_heads=..., ...)), or "

@@ -301,6 +301,14 @@ class Scheme(nn.Module):
         """The hooks this scheme class overrides (NoPE: none), in `HOOKS` order."""
         return tuple(h for h in cls.HOOKS if getattr(cls, h) is not getattr(Scheme, h))
 
+    @classmethod
+    def input_only(cls) -> bool:
+        """Whether every hook this scheme overrides acts on the residual stream (`embed`, `layer_input`, and
+        `prepare` for their tables), none inside attention: alone, one `Attention` layer would leave it
+        position-free. False for NoPE (no hooks at all) and for a scheme with decoder passes."""
+        hooks = set(cls.overridden_hooks())
+        return bool(hooks) and hooks <= {"prepare", "embed", "layer_input"} and not cls.decoder_passes
+
     @property
     def custom_attention(self) -> bool:
         """Whether attention gets per-layer terms (hook 3b or 4): the mask is then built explicitly."""

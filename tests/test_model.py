@@ -75,10 +75,7 @@ INPUT_ONLY = {"learned", "sinusoidal", "floater", "multiplicative", "complex", "
 
 
 def test_the_input_only_schemes_are_those_with_no_hook_inside_attention():
-    from posenc.attention import INPUT_HOOKS
-    found = {name for name, cls in posenc.SCHEMES.items()
-             if cls.overridden_hooks() and set(cls.overridden_hooks()) <= {"prepare", *INPUT_HOOKS}
-             and not cls.decoder_passes}
+    found = {name for name, cls in posenc.SCHEMES.items() if cls.input_only()}
     assert found == INPUT_ONLY
 
 

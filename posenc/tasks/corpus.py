@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .scoring import check_counts, scoring
+from ..attention import check_sizes
+from .scoring import scoring
 from .synthetic import IGNORE
 
 STDLIB_SHA256 = "47822cc2eb305dfa93c60bdc6cbeda4497469b1c4da5373506423fb4ff56e7eb"
@@ -124,7 +125,7 @@ class CharCorpus:
     # -- training --------------------------------------------------------------
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple[Tensor, Tensor]:
         """Random windows of the training text: next-character (causal) or masked (MLM)."""
-        check_counts(batch_size=batch_size)
+        check_sizes(batch_size=batch_size)
         L = self.train_length
         start = torch.randint(0, len(self.train_ids) - L, (batch_size,), generator=generator)   # last: s + L = len - 1
         windows = torch.stack([self.train_ids[s: s + L + 1] for s in start.tolist()])   # (B, L+1)

@@ -46,7 +46,8 @@ import torch
 from torch import Tensor
 
 from .corpus import MASK_ID, CharCorpus
-from .scoring import check_counts, scoring
+from ..attention import check_sizes
+from .scoring import scoring
 from .synthetic import IGNORE
 
 KEY_SENTENCE = (" the pass key is ", ". remember it. ")      # the key goes between the two parts
@@ -124,7 +125,7 @@ class PasskeyTask:
     # -- batches -----------------------------------------------------------------
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple[Tensor, Tensor]:
         """A batch at a length drawn uniformly from [max(min_train_length, min_length), L], depths per sample."""
-        check_counts(batch_size=batch_size)
+        check_sizes(batch_size=batch_size)
         lo = max(self.min_train_length, self.min_length)
         n = int(torch.randint(lo, self.train_length + 1, (1,), generator=generator))
         return self.batch(batch_size, n, generator, causal)

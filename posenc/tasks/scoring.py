@@ -7,6 +7,8 @@ import inspect
 
 import torch
 
+from ..attention import check_sizes
+
 
 @contextlib.contextmanager
 def scoring_mode(model):
@@ -25,16 +27,8 @@ def scoring_mode(model):
         model.train(was_training)
 
 
-#: Arguments of a scoring method that count something: each must be a positive int when given.
+#: Arguments of a scoring method that count something: each must be a positive int when given (not None).
 COUNTS = ("length", "batch_size", "n_samples", "n_batches")
-
-
-def check_counts(**counts) -> None:
-    """A ValueError naming the first of `counts` (batch_size=..., length=...) that is not a positive int;
-    None is let through (an optional count left at its default)."""
-    for name, value in counts.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
 
 
 def scoring(method):
@@ -49,7 +43,7 @@ def scoring(method):
     def scored(self, model, *args, **kwargs):
         if counted:
             given = signature.bind(self, model, *args, **kwargs).arguments
-            check_counts(**{name: given[name] for name in counted if name in given})
+            check_sizes(**{name: given[name] for name in counted if given.get(name) is not None})
         with scoring_mode(model):
             return method(self, model, *args, **kwargs)
     return scored

@@ -50,7 +50,8 @@ from torch import Tensor
 PAD, BOS, SEP, MASK = 0, 1, 2, 3
 N_SPECIAL = 4
 from ..model import IGNORE  # target id that the loss and the metrics skip
-from .scoring import check_counts, scoring
+from ..attention import check_sizes
+from .scoring import scoring
 
 
 @dataclass
@@ -115,7 +116,7 @@ class SyntheticTask:
 
     def train_batch(self, batch_size: int, generator: torch.Generator, causal: bool) -> tuple[Tensor, Tensor]:
         """A batch at a length drawn uniformly from [min_train_length, L]."""
-        check_counts(batch_size=batch_size)
+        check_sizes(batch_size=batch_size)
         n = int(torch.randint(self.min_length, self.train_length + 1, (1,), generator=generator))
         return self.batch(batch_size, n, generator, causal)
 
