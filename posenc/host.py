@@ -15,6 +15,12 @@ Two tools keep the training step free of waits:
   batch was made (`posenc.runs.train` does, with the model's `check_inputs`).
 
 Positions need neither: the model reads their range where it is free (`PositionContext.minmax`).
+
+The same reads would break a graph that `torch.compile` traces, so inside one the value checks
+are assertions the kernels run (`assert_values`), and schemes keep no cached tables
+(`posenc.scheme.caching`): `torch.compile(model, fullgraph=True)` traces a model that makes its
+own positions as one graph (all schemes but FLOATER and the RNN, `tests/test_compile.py`).
+Positions passed in are still read on the host, which breaks the graph there.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
+from torch import Tensor
 
 _HOST_CHECKED: ContextVar[bool] = ContextVar("posenc_host_checked", default=False)
 _KEPT: ContextVar[list | None] = ContextVar("posenc_kept_copies", default=None)
@@ -83,5 +90,17 @@ def host_checked():
 
 
 def values_checked_on_host() -> bool:
-    """Whether the caller has checked the inputs' values on the host (inside `host_checked()`)."""
-    return _HOST_CHECKED.get()
+    """Whether the caller has checked the inputs' values on the host (inside `host_checked()`).
+
+    Always False inside a graph that `torch.compile` traces, which cannot read a context variable:
+    there a model checks values with `assert_values` (a check run by the kernels, no wait)."""
+    return not torch.compiler.is_compiling() and _HOST_CHECKED.get()
+
+
+def assert_values(ok: Tensor, message: str) -> None:
+    """Fail with `message` unless the bool tensor `ok` is all True, without reading it on the host.
+
+    For a graph that `torch.compile` traces: the check becomes part of the compiled kernels
+    (`torch._assert_async`), a RuntimeError on the CPU, a device-side assertion on a GPU. Eager code
+    reads the value instead and raises a ValueError that can give the values it found."""
+    torch._assert_async(ok.all(), message)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import Attention, causal_block_mask, check_dropout, check_sizes, merge_mask
-from .host import to_device, values_checked_on_host
+from .host import assert_values, to_device, values_checked_on_host
 from .scheme import PositionContext, Scheme, check_positions, get_scheme, scheme_parameters, summarise_positions
 
 IGNORE = -100  # target id that losses and metrics skip
@@ -267,14 +267,20 @@ class Transformer(nn.Module):
 
         Every forward runs it; inside `posenc.host.host_checked()` the forward skips the value
         check (it reads the tokens on the host: a wait on a GPU), for a caller that ran this
-        on the batch before copying it to the device."""
+        on the batch before copying it to the device. Inside a graph that `torch.compile` traces the
+        value check is a RuntimeError raised by the kernels (`posenc.host.assert_values`)."""
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             got = f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
             raise TypeError(f"tokens must be a long tensor [batch, seq]; got {got}")
-        if tokens.numel() and not values_checked_on_host():
-            low, high = (int(v) for v in torch.aminmax(tokens))
-            if low < 0 or high >= self.vocab_size:
-                raise ValueError(f"tokens must lie in [0, vocab_size={self.vocab_size}); got values in [{low}, {high}]")
+        if not tokens.numel() or values_checked_on_host():
+            return
+        if torch.compiler.is_compiling():                   # no read on the host inside a traced graph
+            assert_values((tokens >= 0) & (tokens < self.vocab_size),
+                          f"tokens must lie in [0, vocab_size={self.vocab_size})")
+            return
+        low, high = (int(v) for v in torch.aminmax(tokens))
+        if low < 0 or high >= self.vocab_size:
+            raise ValueError(f"tokens must lie in [0, vocab_size={self.vocab_size}); got values in [{low}, {high}]")
 
     def _positions(self, seq_len: int, positions: Tensor | None, device, mem_len: int = 0):
         """(the positions the layers see [CLS first] on `device`, consecutive start or None, (min, max),

@@ -107,10 +107,19 @@ def whole_distances(rel: Tensor, scheme: str) -> Tensor:
     return whole.long()
 
 
+def caching() -> bool:
+    """Whether a scheme may look tables up in, or add them to, its cache of earlier forwards: not inside a
+    graph that `torch.compile` traces (the graph recomputes its tables, and a tensor it makes must not
+    outlive it)."""
+    return not torch.compiler.is_compiling()
+
+
 def cacheable(t: Tensor) -> bool:
-    """Whether a scheme may keep `t` for later forwards: not made in inference mode (it could not be used
-    with autograd) and not a `torch.func` wrapper (vmap, grad), which must not escape its transform."""
-    return not torch.is_inference_mode_enabled() and not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    """Whether a scheme may keep `t` for later forwards: not while compiling (`caching`), not made in
+    inference mode (it could not be used with autograd) and not a `torch.func` wrapper (vmap, grad),
+    which must not escape its transform."""
+    return (caching() and not torch.is_inference_mode_enabled()
+            and not torch._C._functorch.is_functorch_wrapped_tensor(t))
 
 
 @dataclass

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..scheme import register
-from ..scheme import PositionContext, Scheme, cacheable, check_positions, stamp
+from ..scheme import PositionContext, Scheme, cacheable, caching, check_positions, stamp
 
 def alibi_slopes(num_heads: int) -> Tensor:
     """The head slopes m_h of ALiBi: for n heads a power of two, a geometric
@@ -112,6 +112,8 @@ class ALiBi(Scheme):
         offset) the bias depends on T only and the last one is reused, as long
         as it was built with autograd on."""
         pos, n = ctx.positions, ctx.seq_len
+        if not caching():
+            return alibi_bias(pos, self.slopes)
         consecutive = ctx.consecutive_start() is not None
         # slopes edited in place: rebuilt; under vmap: never kept
         key = (n, pos.device, stamp(self.slopes))

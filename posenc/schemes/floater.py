@@ -18,6 +18,8 @@ gives p(t_i) = PE(i) exactly.
 
 Cost: the solve is sequential in t; at inference a trained FLOATER is cached once
 (`cache(num_positions)`) and then is a table lookup like any absolute encoding.
+The host-side time grid also means `torch.compile(model, fullgraph=True)` refuses a FLOATER
+model; `torch.compile(model)` compiles it with graph breaks around the solve.
 """
 from __future__ import annotations
 

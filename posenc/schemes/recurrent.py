@@ -49,6 +49,8 @@ Cost. The recursion is sequential over the sequence: n dependent GRU steps of
 O(d_model H + H^2) each, which no hardware parallelises across positions (cuDNN only fuses
 the step). In generation it is cheap: one more step per new token, with h_{i-1} kept.
 It runs in float32 even under autocast (n roundings of a bfloat16 state would add up).
+Dynamo does not trace `torch.nn.GRU`, so `torch.compile(model, fullgraph=True)` refuses this
+scheme; `torch.compile(model)` compiles the rest with graph breaks around the GRU.
 """
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ from torch import Tensor
 from ..host import to_device
 from ..compiled import CompiledOrEager
 from ..scheme import register
-from ..scheme import PositionContext, Scheme, cacheable, check_positions
+from ..scheme import PositionContext, Scheme, cacheable, caching, check_positions
 from .rope_scaling import ROPE_TYPES, rope_inv_freq
 
 LAYOUTS = ("interleaved", "half")
@@ -577,7 +577,7 @@ class RoPE(Scheme):
         pos, n = ctx.positions, ctx.seq_len
         key, default = ((n, pos.device, self.table_settings()),
                         ctx.consecutive_start() == 0)  # 0..n-1: cached
-        if default and key in self._cache:
+        if default and caching() and key in self._cache:
             return {"rope": self._cache[key]}
         tables = self.table(pos, (ctx.minmax() or (None, None))[1])
         if default and cacheable(tables[0]):

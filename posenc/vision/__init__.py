@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import merge_mask
-from ..host import to_device, values_checked_on_host
+from ..host import assert_values, to_device, values_checked_on_host
 from ..schemes.absolute import sinusoidal_at
 from ..model import Block, _init_weights, run_blocks
 from ..schemes.nope import NoPE
@@ -200,8 +200,11 @@ def check_image_size(images: Tensor, patch_size: int, in_channels: int | None = 
         raise ValueError(f"patch_size must be a positive int; got {patch_size!r}")
     if not images.is_floating_point():
         raise TypeError(f"images must be a float tensor; got {images.dtype}")
-    if not values_checked_on_host() and not torch.isfinite(images).all():   # a wait on a GPU: see posenc.host
-        raise ValueError("images must be finite; got NaN or infinite pixels")
+    if not values_checked_on_host():                                          # see posenc.host
+        if torch.compiler.is_compiling():                                     # checked by the kernels
+            assert_values(torch.isfinite(images), "images must be finite; got NaN or infinite pixels")
+        elif not torch.isfinite(images).all():                                # a wait on a GPU
+            raise ValueError("images must be finite; got NaN or infinite pixels")
     H, W = images.shape[-2:]
     if H % patch_size or W % patch_size:
         raise ValueError(f"image size {H}x{W} must be divisible by patch_size={patch_size}")
