@@ -259,9 +259,41 @@ def test_a_page_of_another_tier_shows_the_deciding_verdicts(tmp_path):
     # the deciding tier itself, and a chapter without paper claims, add nothing
     assert list(posenc.chapter_claims("03_z", "paper", results_dir=tmp_path)[0]) == ["verdict", "claim", "measured"]
     assert disagreements("03_z", "paper", results_dir=tmp_path) == ""
-    posenc.save_claim("04_w", "full", "a holds", "m", True, results_dir=tmp_path, seeds=3)
+    posenc.save_claim("04_w", "full", "d holds", "m", True, results_dir=tmp_path, seeds=3)
     assert list(posenc.chapter_claims("04_w", "full", results_dir=tmp_path)[0]) == ["verdict", "claim", "measured"]
     assert disagreements("04_w", "full", results_dir=tmp_path) == ""
+
+
+# A claim that one chapter judges at ci and another at the deciding tier (15 judges at paper what 14, 16 and
+# 17 judge at ci) shows that verdict on the first chapter's page, naming the chapter that made it
+def test_the_deciding_verdict_is_found_in_another_chapter_by_the_claims_name(tmp_path):
+    from posenc.runs.profiles import disagreements
+    posenc.save_claim("15_c", "paper", "x holds", "m", "contradicted", results_dir=tmp_path, seeds=5)
+    posenc.save_claim("17_b", "paper", "y holds", "m", True, results_dir=tmp_path, seeds=5)
+    posenc.save_claim("17_b", "ci", "x holds", "m", "not resolved", results_dir=tmp_path, seeds=3)
+    posenc.save_claim("17_b", "ci", "y holds", "m", True, results_dir=tmp_path, seeds=3)
+    posenc.save_claim("17_b", "ci", "z holds", "m", True, results_dir=tmp_path, seeds=3)
+    t = posenc.chapter_claims("17_b", "ci", results_dir=tmp_path)
+    assert [r["at paper"] for r in t] == ["contradicted (chapter 15)", "reproduced", "not tested"]
+    said = disagreements("17_b", "ci", results_dir=tmp_path)
+    assert "\u201cx holds\u201d is not resolved at `ci` and contradicted at `paper` (5 seeds, chapter 15)" in said
+    # the chapter's own record wins over another chapter's of the same name
+    posenc.save_claim("17_b", "paper", "x holds", "m", "not resolved", results_dir=tmp_path, seeds=5)
+    assert posenc.chapter_claims("17_b", "ci", results_dir=tmp_path)[0]["at paper"] == "not resolved"
+
+
+#: How a claim names its source (record_claim's `claim`): a paper's authors or table, an article, or the book
+SOURCE = r"\((?:[^()]*(?:et al\.|Table \d|the source article|EleutherAI|Llama 4|bloc97|Transformer-XL)|this chapter\))"
+
+
+# Every committed claim names its source, and one claim has one name in every chapter that judges it, so that
+# chapter 15 counts it once and can tell the papers' claims from the book's own
+@pytest.mark.parametrize("profile", ["ci", "paper", "full"])
+def test_every_committed_claim_names_its_source(profile):
+    import re
+    rows = posenc.load_claims(profile)
+    unsourced = sorted({r["claim"] for r in rows if not re.search(SOURCE, r["claim"])})
+    assert not unsourced, f"claims that name no source (a paper, or '(this chapter)'): {unsourced}"
 
 
 # An interval of zero width (every seed at a ceiling, or fixed by construction) says so in the measured text

@@ -175,7 +175,9 @@ def record_claim(chapter: str, profile: str, claim: str, values: Effects, band: 
         chapter: the notebook's file stem ("11_rope"); the record goes to
             `results/<profile>/claims/<chapter>.json`.
         profile: the tier measured, "ci", "paper" or "full".
-        claim: the claim in words, naming its source.
+        claim: the claim in words, naming its source in parentheses: the paper ("(Press et al.,
+            Table 2)"), or "(this chapter)" for a claim the book makes itself. The same claim
+            judged in two chapters has one name, so that a page finds its verdict at the deciding tier.
         values: the effect per seed (a dict {seed: effect} or a list), signed so that the paper's
             direction is the band's side of no effect.
         band: the `posenc.analysis.Band` named before the runs were read.
@@ -247,17 +249,36 @@ def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = 
     deciding = deciding_verdicts(chapter, profile, results_dir)
     column = f"at {DECIDING}"
     return Table({"verdict": r["verdict"],
-                  **({column: deciding.get(c, {}).get("verdict", "not tested")} if deciding else {}),
+                  **({column: _verdict_there(deciding.get(c))} if deciding else {}),
                   "claim": c, "measured": r["measured"]} for c, r in claims.items())
 
 
+def _verdict_there(record: dict | None) -> str:
+    """A deciding-tier record's verdict, naming the chapter that made it when it is another's; "not tested"
+    for no record."""
+    if record is None:
+        return "not tested"
+    return record["verdict"] + (f" (chapter {record['chapter'][:2]})" if "chapter" in record else "")
+
+
 def deciding_verdicts(chapter: str, profile: str, results_dir: str | Path | None = None) -> dict:
-    """{claim: record} of `chapter` at the deciding tier, or {} when `profile` is that tier or it holds
-    none of the chapter's claims."""
+    """{claim: record} at the deciding tier for `chapter`'s claims, or {} when `profile` is that tier or
+    it holds none of them.
+
+    A claim's record is the chapter's own at that tier, else the record of the same claim (by name) that
+    another chapter made there, with "chapter" naming that chapter: the comparison chapter (15) judges
+    at `paper` some claims that chapters 14, 16 and 17 judge only at `ci`."""
     if profile == DECIDING:
         return {}
-    path = _claims_path(DECIDING, chapter, results_dir)
-    return _read_claims(path) if path.exists() else {}
+    own = _claims_path(DECIDING, chapter, results_dir)
+    found = _read_claims(own) if own.exists() else {}
+    shown = _claims_path(profile, chapter, results_dir)
+    wanted = (set(_read_claims(shown)) if shown.exists() else set()) - set(found)
+    for other in sorted(own.parent.glob("*.json")) if wanted else ():
+        for claim, rec in _read_claims(other).items():
+            if claim in wanted and claim not in found:
+                found[claim] = {**rec, "chapter": other.stem}
+    return found
 
 
 def disagreements(chapter: str, profile: str, results_dir: str | Path | None = None) -> str:
@@ -270,7 +291,8 @@ def disagreements(chapter: str, profile: str, results_dir: str | Path | None = N
               if c in deciding and deciding[c]["verdict"] != r["verdict"]]
     if not differ:
         return ""
-    seeds = lambda rec: f" ({rec['seeds']} seeds)" if isinstance(rec.get("seeds"), int) else ""
+    seeds = lambda rec: (f" ({rec['seeds']} seeds" + (f", chapter {rec['chapter'][:2]}" if "chapter" in rec else "")
+                         + ")" if isinstance(rec.get("seeds"), int) else "")
     parts = [f"\u201c{c}\u201d is {mine} at `{profile}` and {rec['verdict']} at `{DECIDING}`{seeds(rec)}"
              for c, mine, rec in differ]
     return (f"The `{DECIDING}` tier, which decides the book's verdicts, differs on {len(differ)} "
