@@ -268,7 +268,8 @@ class Transformer(nn.Module):
         Every forward runs it; inside `posenc.host.host_checked()` the forward skips the value
         check (it reads the tokens on the host: a wait on a GPU), for a caller that ran this
         on the batch before copying it to the device. Inside a graph that `torch.compile` traces the
-        value check is a RuntimeError raised by the kernels (`posenc.host.assert_values`)."""
+        value check is an assertion the kernels run (`posenc.host.assert_values`): a RuntimeError on
+        the CPU, a device-side assertion on a GPU."""
         if not isinstance(tokens, Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
             got = f"{tokens.dtype} of shape {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
             raise TypeError(f"tokens must be a long tensor [batch, seq]; got {got}")

@@ -11,6 +11,8 @@ consecutive), so a graph is whole only for the default positions, the case here.
 The backend is "aot_eager": Dynamo's graph and AOTAutograd's joint forward and backward, run by
 eager kernels, so the test needs no C++ compiler; inductor compiles the same graph.
 """
+import copy
+
 import pytest
 import torch
 
@@ -32,18 +34,22 @@ def outputs_and_grads(model, forward, *inputs, loss=lambda out: out.float().squa
     return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def assert_compiles_to_the_same(model, *inputs, forward=None, **kw):
-    """`forward` (default: `model`) compiled with fullgraph=True (Dynamo raises at a graph break) gives the
-    eager outputs and gradients."""
-    forward = forward or model
+def assert_compiles_to_the_same(model, *inputs, method="forward", **kw):
+    """`model.<method>` compiled with fullgraph=True (Dynamo raises at a graph break) gives the eager outputs
+    and gradients. The compiled copy is made before the eager pass, so no cache of the eager pass serves it:
+    its graph builds every table, and keeps none (`posenc.scheme.caching`)."""
     torch._dynamo.reset()
-    eager_out, eager_grads = outputs_and_grads(model, forward, *inputs, **kw)
-    compiled = torch.compile(forward, fullgraph=True, backend="aot_eager")
-    out, grads = outputs_and_grads(model, compiled, *inputs, **kw)
+    fresh = copy.deepcopy(model)
+    eager_out, eager_grads = outputs_and_grads(model, getattr(model, method), *inputs, **kw)
+    compiled = torch.compile(getattr(fresh, method), fullgraph=True, backend="aot_eager")
+    out, grads = outputs_and_grads(fresh, compiled, *inputs, **kw)
     torch.testing.assert_close(out, eager_out)
     assert grads.keys() == eager_grads.keys() and grads
     for name in grads:
         torch.testing.assert_close(grads[name], eager_grads[name], msg=lambda m: f"{name}: {m}")
+    kept = {k: v for k, v in vars(getattr(fresh, "scheme", object())).items()
+            if k in ("_cache", "_last") and v not in ({}, None)}
+    assert not kept, f"a traced graph left tables in the scheme's cache: {sorted(kept)}"
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
@@ -60,7 +66,7 @@ def test_a_cls_classifier_compiles_to_one_graph(scheme):
     torch.manual_seed(0)
     model = small_model(scheme, causal=False, cls_token=True, num_classes=3).train()
     labels = torch.tensor([0, 2])
-    assert_compiles_to_the_same(model, torch.randint(0, 23, (2, 12)), forward=model.classify,
+    assert_compiles_to_the_same(model, torch.randint(0, 23, (2, 12)), method="classify",
                                 loss=lambda logits: torch.nn.functional.cross_entropy(logits, labels))
 
 

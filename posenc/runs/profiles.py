@@ -176,8 +176,9 @@ def record_claim(chapter: str, profile: str, claim: str, values: Effects, band: 
             `results/<profile>/claims/<chapter>.json`.
         profile: the tier measured, "ci", "paper" or "full".
         claim: the claim in words, naming its source in parentheses: the paper ("(Press et al.,
-            Table 2)"), or "(this chapter)" for a claim the book makes itself. The same claim
-            judged in two chapters has one name, so that a page finds its verdict at the deciding tier.
+            Table 2)"), or "(this book)" for a check the book adds itself. One claim has one name in
+            every chapter and tier that judges it, however it is measured there (`effect` says how),
+            so that a page finds its verdict at the deciding tier and chapter 15 counts it once.
         values: the effect per seed (a dict {seed: effect} or a list), signed so that the paper's
             direction is the band's side of no effect.
         band: the `posenc.analysis.Band` named before the runs were read.
@@ -239,9 +240,11 @@ def chapter_claims(chapter: str, profile: str, results_dir: str | Path | None = 
     """The claims `chapter` recorded for `profile`, as a table (verdict, claim, measured): what the chapter
     shows after recording them, and what the comparison chapter's claims table collects.
 
-    When `profile` is not the deciding tier (`DECIDING`) and that tier's claims of the chapter are stored,
-    a column `at paper` beside the verdict gives each claim's verdict there ("not tested" where that tier
-    does not test the claim): a page that shows its GPU or quick runs never hides the verdict that decides.
+    When `profile` is not the deciding tier (`DECIDING`) and that tier judged any of the chapter's claims
+    (in this chapter or, by the claim's name, in another: `deciding_verdicts`), a column `at paper` beside
+    the verdict gives each claim's verdict there, naming the other chapter where it was judged ("not
+    tested" where that tier does not test the claim): a page that shows its GPU or quick runs never
+    hides the verdict that decides.
     """
     from ..table import Table
     path = _claims_path(profile, chapter, results_dir)
@@ -258,7 +261,12 @@ def _verdict_there(record: dict | None) -> str:
     for no record."""
     if record is None:
         return "not tested"
-    return record["verdict"] + (f" (chapter {record['chapter'][:2]})" if "chapter" in record else "")
+    return record["verdict"] + (f" (chapter {chapter_number(record['chapter'])})" if "chapter" in record else "")
+
+
+def chapter_number(chapter: str) -> str:
+    """A chapter's number as the book writes it, from its file stem ("07b_relative_comparison" -> "07b")."""
+    return chapter.split("_")[0]
 
 
 def deciding_verdicts(chapter: str, profile: str, results_dir: str | Path | None = None) -> dict:
@@ -267,7 +275,8 @@ def deciding_verdicts(chapter: str, profile: str, results_dir: str | Path | None
 
     A claim's record is the chapter's own at that tier, else the record of the same claim (by name) that
     another chapter made there, with "chapter" naming that chapter: the comparison chapter (15) judges
-    at `paper` some claims that chapters 14, 16 and 17 judge only at `ci`."""
+    at `paper` some claims that chapters 14, 16 and 17 judge only at `ci`. Two other chapters that judge
+    the claim there with different verdicts are a ValueError: no one verdict decides it."""
     if profile == DECIDING:
         return {}
     own = _claims_path(DECIDING, chapter, results_dir)
@@ -276,8 +285,12 @@ def deciding_verdicts(chapter: str, profile: str, results_dir: str | Path | None
     wanted = (set(_read_claims(shown)) if shown.exists() else set()) - set(found)
     for other in sorted(own.parent.glob("*.json")) if wanted else ():
         for claim, rec in _read_claims(other).items():
-            if claim in wanted and claim not in found:
-                found[claim] = {**rec, "chapter": other.stem}
+            if claim not in wanted:
+                continue
+            if claim in found and found[claim]["verdict"] != rec["verdict"]:
+                raise ValueError(f"claim {claim!r} is {found[claim]['verdict']} in {found[claim]['chapter']} and "
+                                 f"{rec['verdict']} in {other.stem} at {DECIDING}: no one verdict decides it")
+            found.setdefault(claim, {**rec, "chapter": other.stem})
     return found
 
 
@@ -291,7 +304,7 @@ def disagreements(chapter: str, profile: str, results_dir: str | Path | None = N
               if c in deciding and deciding[c]["verdict"] != r["verdict"]]
     if not differ:
         return ""
-    seeds = lambda rec: (f" ({rec['seeds']} seeds" + (f", chapter {rec['chapter'][:2]}" if "chapter" in rec else "")
+    seeds = lambda rec: (f" ({rec['seeds']} seeds" + (f", chapter {chapter_number(rec['chapter'])}" if "chapter" in rec else "")
                          + ")" if isinstance(rec.get("seeds"), int) else "")
     parts = [f"\u201c{c}\u201d is {mine} at `{profile}` and {rec['verdict']} at `{DECIDING}`{seeds(rec)}"
              for c, mine, rec in differ]
