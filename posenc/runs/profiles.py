@@ -304,9 +304,13 @@ def disagreements(chapter: str, profile: str, results_dir: str | Path | None = N
               if c in deciding and deciding[c]["verdict"] != r["verdict"]]
     if not differ:
         return ""
-    seeds = lambda rec: (f" ({rec['seeds']} seeds" + (f", chapter {chapter_number(rec['chapter'])}" if "chapter" in rec else "")
-                         + ")" if isinstance(rec.get("seeds"), int) else "")
-    parts = [f"\u201c{c}\u201d is {mine} at `{profile}` and {rec['verdict']} at `{DECIDING}`{seeds(rec)}"
+    def where(rec: dict) -> str:
+        """The note after a verdict, e.g. ' (5 seeds, chapter 14)': its seeds, and the chapter that made
+        the record where it is another's."""
+        said = ([f"{rec['seeds']} seeds"] if isinstance(rec.get("seeds"), int) else []) + (
+            [f"chapter {chapter_number(rec['chapter'])}"] if "chapter" in rec else [])
+        return f" ({', '.join(said)})" if said else ""
+    parts = [f"\u201c{c}\u201d is {mine} at `{profile}` and {rec['verdict']} at `{DECIDING}`{where(rec)}"
              for c, mine, rec in differ]
     return (f"The `{DECIDING}` tier, which decides the book's verdicts, differs on {len(differ)} "
             f"claim{'s' if len(differ) != 1 else ''}: " + "; ".join(parts) + ".")
